@@ -1,0 +1,22 @@
+"""The `keel` command: one Typer app; each command group lives in its own module."""
+
+from __future__ import annotations
+
+import typer
+
+from keel.cli import runs, tasks
+
+app = typer.Typer(
+    name="keel",
+    help="Keel: a durable, auditable, resumable harness for LLM agents.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+runs.register(app)
+tasks.register(app)
+
+
+def main() -> None:
+    app()

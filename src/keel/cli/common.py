@@ -1,0 +1,60 @@
+"""What every command shares: the store option, JSON output, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from functools import wraps
+from typing import Any, NoReturn, ParamSpec, TypeVar
+
+import typer
+from rich.console import Console
+
+from keel.core.errors import KeelError
+
+DEFAULT_STORE = "sqlite:///.keel/keel.db"
+
+StoreOption = typer.Option(
+    None,
+    "--store",
+    envvar="KEEL_STORE",
+    help="Store URL: sqlite:///PATH or postgresql://… (default sqlite:///.keel/keel.db).",
+    show_default=False,
+)
+JsonOption = typer.Option(False, "--json", help="Print JSON instead of a table.")
+
+console = Console()
+err_console = Console(stderr=True)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def store_url(value: str | None) -> str:
+    return value or os.environ.get("KEEL_STORE") or DEFAULT_STORE
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """One line on stderr, no traceback, then exit with ``code``."""
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def keel_errors(fn: Callable[P, R]) -> Callable[P, R]:
+    """Turn any KeelError into a one-line message and exit code 2."""
+
+    @wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except KeelError as exc:
+            fail(str(exc))
+
+    return wrapper
+
+
+def print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, default=str, ensure_ascii=False) + "\n")
+    sys.stdout.flush()

@@ -1,0 +1,137 @@
+"""Budgets: limits, usage, which dimension ran out, and the 80 % warning line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Any
+
+WARNING_FRACTION = 0.8
+
+
+class Dimension(StrEnum):
+    STEPS = "steps"  # model turns
+    TOOL_CALLS = "tool_calls"  # tool calls, failed ones included
+    TOKENS = "tokens"  # prompt + completion tokens
+    COST = "cost"  # US dollars
+    WALL_TIME = "wall_time"  # seconds spent working (model, tools, verifiers)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Usage:
+    """What a run has consumed so far; persisted in the run state, never reset."""
+
+    steps: int = 0
+    tool_calls: int = 0
+    tokens: int = 0
+    cost: float = 0.0
+    wall_seconds: float = 0.0
+
+    def used(self, dim: Dimension) -> float:
+        return {
+            Dimension.STEPS: self.steps,
+            Dimension.TOOL_CALLS: self.tool_calls,
+            Dimension.TOKENS: self.tokens,
+            Dimension.COST: self.cost,
+            Dimension.WALL_TIME: self.wall_seconds,
+        }[dim]
+
+    def add(
+        self,
+        *,
+        steps: int = 0,
+        tool_calls: int = 0,
+        tokens: int = 0,
+        cost: float = 0.0,
+        wall_seconds: float = 0.0,
+    ) -> Usage:
+        return replace(
+            self,
+            steps=self.steps + steps,
+            tool_calls=self.tool_calls + tool_calls,
+            tokens=self.tokens + tokens,
+            cost=round(self.cost + cost, 10),
+            wall_seconds=self.wall_seconds + wall_seconds,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "steps": self.steps,
+            "tool_calls": self.tool_calls,
+            "tokens": self.tokens,
+            "cost": self.cost,
+            "wall_seconds": self.wall_seconds,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Usage:
+        return cls(
+            steps=int(d.get("steps", 0)),
+            tool_calls=int(d.get("tool_calls", 0)),
+            tokens=int(d.get("tokens", 0)),
+            cost=float(d.get("cost", 0.0)),
+            wall_seconds=float(d.get("wall_seconds", 0.0)),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Budget:
+    """Limits per dimension; ``None`` means unlimited."""
+
+    max_steps: int | None = 50
+    max_tool_calls: int | None = 200
+    max_tokens: int | None = None
+    max_cost: float | None = None
+    max_wall_seconds: float | None = None
+
+    def limit(self, dim: Dimension) -> float | None:
+        return {
+            Dimension.STEPS: self.max_steps,
+            Dimension.TOOL_CALLS: self.max_tool_calls,
+            Dimension.TOKENS: self.max_tokens,
+            Dimension.COST: self.max_cost,
+            Dimension.WALL_TIME: self.max_wall_seconds,
+        }[dim]
+
+    def exhausted(self, usage: Usage) -> Dimension | None:
+        """The first dimension whose usage reached its limit, or None."""
+        for dim in Dimension:
+            limit = self.limit(dim)
+            if limit is not None and usage.used(dim) >= limit:
+                return dim
+        return None
+
+    def warnings(self, usage: Usage) -> list[Dimension]:
+        """Dimensions at or past the warning line (80 %) of their limit."""
+        return [
+            dim
+            for dim in Dimension
+            if (limit := self.limit(dim)) is not None
+            and usage.used(dim) >= WARNING_FRACTION * limit
+        ]
+
+    def remaining(self, usage: Usage) -> dict[str, float | None]:
+        out: dict[str, float | None] = {}
+        for dim in Dimension:
+            limit = self.limit(dim)
+            out[dim.value] = None if limit is None else max(0.0, limit - usage.used(dim))
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "max_steps": self.max_steps,
+            "max_tool_calls": self.max_tool_calls,
+            "max_tokens": self.max_tokens,
+            "max_cost": self.max_cost,
+            "max_wall_seconds": self.max_wall_seconds,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Budget:
+        return cls(
+            max_steps=d.get("max_steps"),
+            max_tool_calls=d.get("max_tool_calls"),
+            max_tokens=d.get("max_tokens"),
+            max_cost=d.get("max_cost"),
+            max_wall_seconds=d.get("max_wall_seconds"),
+        )

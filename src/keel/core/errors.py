@@ -1,0 +1,195 @@
+"""Keel's one exception tree.
+
+    KeelError
+    ├── Signal                     steers the loop; not a failure
+    │   ├── ApprovalRequired       an action needs a person's decision
+    │   └── InputRequired          the model asked the user a question
+    ├── UsageError                 the caller asked for something that cannot be done
+    │   ├── ConfigError            broken configuration, missing key, bad store URL
+    │   ├── InvalidTransition      a status move the transition table forbids
+    │   ├── NotFound               unknown run, task or artifact id
+    │   │   ├── RunNotFound
+    │   │   └── TaskNotFound
+    │   ├── DependencyError        self-, missing or cyclic task dependency
+    │   ├── TaskNotClaimable       blocked, taken or finished task
+    │   ├── NotOwner               a task change by someone who does not own it
+    │   └── NothingPending         an answer or decision with nothing waiting for it
+    └── RunFailure                 something stopped the work
+        ├── BudgetExhausted        a budget dimension ran out
+        ├── ModelError             the provider refused or kept failing
+        ├── ToolError              a tool could not do what was asked (shown to the model)
+        └── StoreError             the store cannot serve the request
+            ├── ConcurrentUpdate   a writer's expected sequence was stale; nothing written
+            ├── LeaseLost          a lease holder's token is no longer valid; nothing written
+            ├── LeaseHeld          another live process holds the lease
+            ├── SchemaTooNew       the database was written by a newer Keel
+            └── StoreCorrupt       the file is not a Keel database
+
+Context lives in attributes (``run_id``, ``task_id``); messages say what to do next.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+
+class KeelError(Exception):
+    """Root of every error Keel raises on purpose."""
+
+
+# --- signals -------------------------------------------------------------------------
+
+
+class Signal(KeelError):
+    """Not a failure: the loop must stop and wait for someone."""
+
+
+class ApprovalRequired(Signal):
+    def __init__(self, run_id: str, call_id: str, tool: str) -> None:
+        super().__init__(
+            f"run {run_id} waits for approval of {tool} (call {call_id}): "
+            f"run `keel approve {run_id}` or `keel approve {run_id} --deny --reason TEXT`"
+        )
+        self.run_id = run_id
+        self.call_id = call_id
+        self.tool = tool
+
+
+class InputRequired(Signal):
+    def __init__(self, run_id: str, question: str) -> None:
+        super().__init__(f"run {run_id} asks: {question} — answer with `keel answer {run_id} TEXT`")
+        self.run_id = run_id
+        self.question = question
+
+
+# --- misuse --------------------------------------------------------------------------
+
+
+class UsageError(KeelError):
+    """The request cannot be done as asked; nothing was changed."""
+
+
+class ConfigError(UsageError):
+    """Configuration is missing or malformed."""
+
+
+class InvalidTransition(UsageError):
+    def __init__(self, current: str, target: str, detail: str = "") -> None:
+        msg = f"cannot move a run from {current} to {target}"
+        super().__init__(f"{msg}: {detail}" if detail else msg)
+        self.current = current
+        self.target = target
+
+
+class NotFound(UsageError):
+    """An id names nothing in the store."""
+
+
+class RunNotFound(NotFound):
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"no run with id {run_id!r}; `keel runs` lists the runs in this store")
+        self.run_id = run_id
+
+
+class TaskNotFound(NotFound):
+    def __init__(self, task_id: str) -> None:
+        super().__init__(f"no task with id {task_id!r}; `keel tasks list` lists the tasks")
+        self.task_id = task_id
+
+
+class DependencyError(UsageError):
+    """A dependency would be a self-loop, point at a missing task, or close a cycle."""
+
+
+class TaskNotClaimable(UsageError):
+    def __init__(self, task_id: str, reason: str) -> None:
+        super().__init__(f"task {task_id} cannot be claimed: {reason}")
+        self.task_id = task_id
+        self.reason = reason
+
+
+class NotOwner(UsageError):
+    def __init__(self, task_id: str, owner: str | None, caller: str) -> None:
+        held = f"owned by {owner}" if owner else "not claimed by anyone"
+        super().__init__(f"task {task_id} is {held}; {caller} cannot change it")
+        self.task_id = task_id
+        self.owner = owner
+        self.caller = caller
+
+
+class NothingPending(UsageError):
+    def __init__(self, run_id: str, what: str) -> None:
+        super().__init__(f"run {run_id} is not waiting for {what}")
+        self.run_id = run_id
+
+
+# --- run failures --------------------------------------------------------------------
+
+
+class RunFailure(KeelError):
+    """Something stopped the work."""
+
+
+class BudgetExhausted(RunFailure):
+    def __init__(self, dimension: str) -> None:
+        super().__init__(f"budget exhausted: {dimension}")
+        self.dimension = dimension
+
+
+class ModelError(RunFailure):
+    def __init__(self, message: str, *, status_code: int | None = None, transient: bool = False):
+        super().__init__(message)
+        self.status_code = status_code
+        self.transient = transient
+
+
+class ToolError(RunFailure):
+    """A tool could not do what was asked; the message goes back to the model."""
+
+
+class StoreError(RunFailure):
+    """The store cannot serve the request."""
+
+
+class ConcurrentUpdate(StoreError):
+    def __init__(self, run_id: str, expected: int, actual: int) -> None:
+        super().__init__(
+            f"run {run_id} moved on: expected last sequence {expected}, store has {actual}; "
+            "nothing was written — reload the run and retry"
+        )
+        self.run_id = run_id
+        self.expected = expected
+        self.actual = actual
+
+
+class LeaseLost(StoreError):
+    def __init__(self, subject: str, detail: str = "") -> None:
+        msg = f"lease on {subject} is no longer held by this process; nothing was written"
+        super().__init__(f"{msg} ({detail})" if detail else msg)
+        self.subject = subject
+
+
+class LeaseHeld(StoreError):
+    def __init__(self, subject: str, owner: str, expires_at: datetime) -> None:
+        super().__init__(
+            f"{subject} is being executed by {owner} (lease until {expires_at.isoformat()}); "
+            "wait for it to finish or for the lease to expire"
+        )
+        self.subject = subject
+        self.owner = owner
+        self.expires_at = expires_at
+
+
+class SchemaTooNew(StoreError):
+    def __init__(self, location: str, found: int, supported: int) -> None:
+        super().__init__(
+            f"{location} has schema version {found}, newer than this Keel supports ({supported}); "
+            "upgrade keel to open it"
+        )
+        self.location = location
+
+
+class StoreCorrupt(StoreError):
+    def __init__(self, location: str, detail: str) -> None:
+        super().__init__(f"{location} is not a readable Keel database: {detail}")
+        self.location = location

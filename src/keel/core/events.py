@@ -1,0 +1,74 @@
+"""The event-type registry and the event records.
+
+Event type strings are part of the stored format: they never change meaning and
+are pinned by ``tests/unit/test_event_registry.py``. Add new ones; never rename.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+
+class EventType(StrEnum):
+    RUN_CREATED = "run_created"  # goal, workspace, options, parent
+    STATUS_CHANGED = "status_changed"  # from, to, reason
+    RUN_RESUMED = "run_resumed"  # a process took the run (owner, incarnation)
+    MODEL_REQUESTED = "model_requested"  # step number, model spec, message count
+    MODEL_RESPONDED = "model_responded"  # content, tool calls, usage, cost
+    TOOL_STARTED = "tool_started"  # call id, idempotency key, tool, exact arguments
+    TOOL_FINISHED = "tool_finished"  # call id, result, changed files
+    TOOL_FAILED = "tool_failed"  # call id, error kind, message
+    CALL_RECONCILED = "call_reconciled"  # a started call's outcome decided on resume
+    APPROVAL_REQUESTED = "approval_requested"  # call, arguments, digest, risk, expiry
+    APPROVAL_GRANTED = "approval_granted"  # digest, by, reason
+    APPROVAL_DENIED = "approval_denied"  # digest, by, reason
+    INPUT_REQUESTED = "input_requested"  # question
+    INPUT_RECEIVED = "input_received"  # answer
+    BUDGET_WARNING = "budget_warning"  # dimension, used, limit
+    BUDGET_EXHAUSTED = "budget_exhausted"  # dimension, used, limit
+    TODO_UPDATED = "todo_updated"  # the whole new list
+    PLAN_WRITTEN = "plan_written"  # plan content
+    MODE_CHANGED = "mode_changed"  # from, to
+    NOTE_ADDED = "note_added"  # a harness observation for the model (gaps, replan)
+    VERIFICATION_STARTED = "verification_started"  # commands, mutation revision
+    VERIFICATION_PASSED = "verification_passed"  # validation records
+    VERIFICATION_FAILED = "verification_failed"  # validation records, gaps
+    SUBAGENT_SPAWNED = "subagent_spawned"  # child run id
+    SUBAGENT_FINISHED = "subagent_finished"  # child run id, status
+    NO_PROGRESS_DETECTED = "no_progress_detected"  # what repeated
+    RETRY_SCHEDULED = "retry_scheduled"  # attempt, wait, error
+    CONTEXT_COMPACTED = "context_compacted"  # what was dropped from the view
+    TASK_LINKED = "task_linked"  # the task this run executes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewEvent:
+    """An event before the store has given it a sequence number and a time."""
+
+    type: EventType
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Event:
+    """One stored, immutable change of a run. ``seq`` runs 1, 2, 3 … per run."""
+
+    run_id: str
+    seq: int
+    event_id: str
+    type: EventType
+    recorded_at: datetime  # always UTC
+    data: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "seq": self.seq,
+            "event_id": self.event_id,
+            "type": self.type.value,
+            "recorded_at": self.recorded_at.isoformat(),
+            "data": self.data,
+        }

@@ -1,0 +1,515 @@
+"""A run's state is a fold of its events.
+
+``RunState.apply(event)`` is the only way state changes; the store keeps the
+fold's result as a snapshot in the same transaction as the events, and any
+process can rebuild the identical state from the events alone. The snapshot's
+size depends on todos, changed files and validations, never on the number of
+steps, so persisting a step costs O(new events).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from keel.core.budget import Budget, Usage
+from keel.core.events import Event, EventType, NewEvent
+from keel.core.status import RunStatus, check_transition
+
+RECENT_WINDOW = 3  # how many recent calls / errors the no-progress check looks at
+NOTES_KEPT = 20
+
+
+def canonical_json(value: Any) -> str:
+    """Stable text of a JSON value: sorted keys, no spaces (for digests and signatures)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunOptions:
+    """How a run is driven; fixed at creation and carried by every resume."""
+
+    model: str | None = None
+    mode: str = "edit"
+    verify: tuple[str, ...] = ()
+    budget: Budget = field(default_factory=Budget)
+    approval_timeout_s: float | None = None
+    plan_then: str | None = None
+    policy: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "mode": self.mode,
+            "verify": list(self.verify),
+            "budget": self.budget.to_dict(),
+            "approval_timeout_s": self.approval_timeout_s,
+            "plan_then": self.plan_then,
+            "policy": self.policy,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunOptions:
+        return cls(
+            model=d.get("model"),
+            mode=d.get("mode", "edit"),
+            verify=tuple(d.get("verify", ())),
+            budget=Budget.from_dict(d.get("budget", {})),
+            approval_timeout_s=d.get("approval_timeout_s"),
+            plan_then=d.get("plan_then"),
+            policy=d.get("policy"),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Todo:
+    content: str
+    status: str  # pending | in_progress | completed
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"content": self.content, "status": self.status}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ValidationRecord:
+    """Evidence from one verifier run, bound to the mutation revision it checked."""
+
+    command: str
+    exit_code: int
+    duration_s: float
+    artifact: str | None  # artifact id of the captured output
+    mutation_revision: int
+    file_hashes: dict[str, str]
+    passed: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "command": self.command,
+            "exit_code": self.exit_code,
+            "duration_s": self.duration_s,
+            "artifact": self.artifact,
+            "mutation_revision": self.mutation_revision,
+            "file_hashes": dict(self.file_hashes),
+            "passed": self.passed,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ValidationRecord:
+        return cls(
+            command=d["command"],
+            exit_code=int(d["exit_code"]),
+            duration_s=float(d["duration_s"]),
+            artifact=d.get("artifact"),
+            mutation_revision=int(d["mutation_revision"]),
+            file_hashes=dict(d.get("file_hashes", {})),
+            passed=bool(d["passed"]),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PendingRequest:
+    """What a waiting run waits for: an approval, an answer, or an unknown outcome."""
+
+    kind: str  # "approval" | "question" | "unknown_outcome"
+    call_id: str
+    tool: str | None = None
+    arguments: dict[str, Any] | None = None
+    digest: str | None = None
+    risk: str | None = None
+    question: str | None = None
+    expires_at: str | None = None  # ISO-8601 UTC
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "call_id": self.call_id,
+            "tool": self.tool,
+            "arguments": self.arguments,
+            "digest": self.digest,
+            "risk": self.risk,
+            "question": self.question,
+            "expires_at": self.expires_at,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PendingRequest:
+        return cls(
+            kind=d["kind"],
+            call_id=d["call_id"],
+            tool=d.get("tool"),
+            arguments=d.get("arguments"),
+            digest=d.get("digest"),
+            risk=d.get("risk"),
+            question=d.get("question"),
+            expires_at=d.get("expires_at"),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunState:
+    """Everything the next step of a run needs; a pure fold of the run's events."""
+
+    run_id: str
+    parent_id: str | None = None
+    goal: str = ""
+    workspace: str = ""
+    options: RunOptions = field(default_factory=RunOptions)
+    status: RunStatus = RunStatus.RUNNING
+    reason: str | None = None  # stop reason, or what a waiting run waits for
+    usage: Usage = field(default_factory=Usage)
+    warned: tuple[str, ...] = ()  # budget dimensions already warned about
+    todos: tuple[Todo, ...] = ()
+    changed_files: dict[str, str] = field(default_factory=dict)  # path -> sha256
+    mutation_revision: int = 0
+    validations: tuple[ValidationRecord, ...] = ()
+    pending: PendingRequest | None = None
+    open_calls: dict[str, dict[str, Any]] = field(default_factory=dict)  # started, unfinished
+    grants: dict[str, str] = field(default_factory=dict)  # unused approval digest -> call id
+    mode: str = "edit"
+    plan: str | None = None
+    notes: tuple[str, ...] = ()
+    recent_calls: tuple[str, ...] = ()  # signatures of the latest tool calls
+    recent_errors: tuple[str, ...] = ()  # latest tool error messages, "" after a success
+    failed_attempts: int = 0
+    no_progress_step: int | None = None  # step at which no progress was detected
+    task_id: str | None = None
+    result: dict[str, Any] | None = None
+    last_seq: int = 0
+    updated_at: str | None = None
+
+    # --- folding -------------------------------------------------------------------
+
+    @classmethod
+    def from_events(cls, events: list[Event]) -> RunState:
+        if not events:
+            raise ValueError("a run has at least its run_created event")
+        state = cls(run_id=events[0].run_id)
+        for event in events:
+            state = state.apply(event)
+        return state
+
+    def apply(self, event: Event) -> RunState:
+        """The state after ``event``. Events must arrive in sequence order."""
+        if event.seq != self.last_seq + 1:
+            raise ValueError(f"event {event.seq} applied after {self.last_seq} on {self.run_id}")
+        s = _APPLY[event.type](self, event.data)
+        elapsed = float(event.data.get("elapsed_s", 0.0))
+        usage = s.usage.add(wall_seconds=elapsed) if elapsed else s.usage
+        return replace(s, usage=usage, last_seq=event.seq, updated_at=event.recorded_at.isoformat())
+
+    # --- derived views -------------------------------------------------------------
+
+    def latest_validation(self, command: str) -> ValidationRecord | None:
+        for record in reversed(self.validations):
+            if record.command == command:
+                return record
+        return None
+
+    def verification_gaps(self) -> list[str]:
+        """Required verifiers without a pass at the current mutation revision."""
+        gaps = []
+        for command in self.options.verify:
+            record = self.latest_validation(command)
+            if record is None:
+                gaps.append(f"{command}: not run")
+            elif record.mutation_revision != self.mutation_revision:
+                gaps.append(
+                    f"{command}: last run at revision {record.mutation_revision}, "
+                    f"files changed since (now {self.mutation_revision})"
+                )
+            elif not record.passed:
+                gaps.append(f"{command}: failed with exit code {record.exit_code}")
+        return gaps
+
+    def unfinished_todos(self) -> list[str]:
+        return [t.content for t in self.todos if t.status != "completed"]
+
+    # --- snapshot ------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "parent_id": self.parent_id,
+            "goal": self.goal,
+            "workspace": self.workspace,
+            "options": self.options.to_dict(),
+            "status": self.status.value,
+            "reason": self.reason,
+            "usage": self.usage.to_dict(),
+            "warned": list(self.warned),
+            "todos": [t.to_dict() for t in self.todos],
+            "changed_files": dict(self.changed_files),
+            "mutation_revision": self.mutation_revision,
+            "validations": [v.to_dict() for v in self.validations],
+            "pending": self.pending.to_dict() if self.pending else None,
+            "open_calls": dict(self.open_calls),
+            "grants": dict(self.grants),
+            "mode": self.mode,
+            "plan": self.plan,
+            "notes": list(self.notes),
+            "recent_calls": list(self.recent_calls),
+            "recent_errors": list(self.recent_errors),
+            "failed_attempts": self.failed_attempts,
+            "no_progress_step": self.no_progress_step,
+            "task_id": self.task_id,
+            "result": self.result,
+            "last_seq": self.last_seq,
+            "updated_at": self.updated_at,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunState:
+        return cls(
+            run_id=d["run_id"],
+            parent_id=d.get("parent_id"),
+            goal=d.get("goal", ""),
+            workspace=d.get("workspace", ""),
+            options=RunOptions.from_dict(d.get("options", {})),
+            status=RunStatus(d["status"]),
+            reason=d.get("reason"),
+            usage=Usage.from_dict(d.get("usage", {})),
+            warned=tuple(d.get("warned", ())),
+            todos=tuple(Todo(**t) for t in d.get("todos", ())),
+            changed_files=dict(d.get("changed_files", {})),
+            mutation_revision=int(d.get("mutation_revision", 0)),
+            validations=tuple(ValidationRecord.from_dict(v) for v in d.get("validations", ())),
+            pending=PendingRequest.from_dict(d["pending"]) if d.get("pending") else None,
+            open_calls=dict(d.get("open_calls", {})),
+            grants=dict(d.get("grants", {})),
+            mode=d.get("mode", "edit"),
+            plan=d.get("plan"),
+            notes=tuple(d.get("notes", ())),
+            recent_calls=tuple(d.get("recent_calls", ())),
+            recent_errors=tuple(d.get("recent_errors", ())),
+            failed_attempts=int(d.get("failed_attempts", 0)),
+            no_progress_step=d.get("no_progress_step"),
+            task_id=d.get("task_id"),
+            result=d.get("result"),
+            last_seq=int(d.get("last_seq", 0)),
+            updated_at=d.get("updated_at"),
+        )
+
+
+def transition(state: RunState, to: RunStatus, reason: str | None, **extra: Any) -> NewEvent:
+    """The ``status_changed`` event that moves ``state`` to ``to``; raises InvalidTransition."""
+    stored = check_transition(state.status, to, reason)
+    return NewEvent(
+        type=EventType.STATUS_CHANGED,
+        data={"from": state.status.value, "to": to.value, "reason": stored, **extra},
+    )
+
+
+def call_signature(tool: str, arguments: Any) -> str:
+    return f"{tool}:{canonical_json(arguments)}"
+
+
+# --- one function per event type -------------------------------------------------------
+
+
+def _push(items: tuple[str, ...], item: str, keep: int) -> tuple[str, ...]:
+    return (*items, item)[-keep:]
+
+
+def _run_created(s: RunState, d: dict[str, Any]) -> RunState:
+    options = RunOptions.from_dict(d.get("options", {}))
+    return replace(
+        s,
+        parent_id=d.get("parent_id"),
+        goal=d.get("goal", ""),
+        workspace=d.get("workspace", ""),
+        options=options,
+        status=RunStatus(d.get("status", RunStatus.RUNNING.value)),
+        mode=options.mode,
+        task_id=d.get("task_id"),
+    )
+
+
+def _status_changed(s: RunState, d: dict[str, Any]) -> RunState:
+    to = RunStatus(d["to"])
+    pending = s.pending if to is RunStatus.WAITING else None
+    result = d.get("result", s.result)
+    return replace(s, status=to, reason=d.get("reason"), pending=pending, result=result)
+
+
+def _model_responded(s: RunState, d: dict[str, Any]) -> RunState:
+    usage = d.get("usage") or {}
+    tokens = int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0))
+    return replace(s, usage=s.usage.add(steps=1, tokens=tokens, cost=float(d.get("cost", 0.0))))
+
+
+def _tool_started(s: RunState, d: dict[str, Any]) -> RunState:
+    open_calls = {**s.open_calls, d["call_id"]: {k: d.get(k) for k in _OPEN_CALL_KEYS}}
+    grants = s.grants
+    if d.get("grant"):
+        grants = {k: v for k, v in s.grants.items() if k != d["grant"]}
+    return replace(s, open_calls=open_calls, grants=grants)
+
+
+_OPEN_CALL_KEYS = ("call_id", "key", "tool", "arguments", "effect", "recovery")
+
+
+def _tool_finished(s: RunState, d: dict[str, Any]) -> RunState:
+    changed: dict[str, str] = d.get("changed_files") or {}
+    open_calls = {k: v for k, v in s.open_calls.items() if k != d.get("call_id")}
+    return replace(
+        s,
+        usage=s.usage.add(tool_calls=1),
+        open_calls=open_calls,
+        changed_files={**s.changed_files, **changed} if changed else s.changed_files,
+        mutation_revision=s.mutation_revision + 1 if changed else s.mutation_revision,
+        recent_calls=_push(
+            s.recent_calls, call_signature(d.get("tool", ""), d.get("arguments")), RECENT_WINDOW
+        ),
+        recent_errors=_push(s.recent_errors, "", RECENT_WINDOW),
+    )
+
+
+def _tool_failed(s: RunState, d: dict[str, Any]) -> RunState:
+    open_calls = {k: v for k, v in s.open_calls.items() if k != d.get("call_id")}
+    changed: dict[str, str] = d.get("changed_files") or {}
+    return replace(
+        s,
+        usage=s.usage.add(tool_calls=1),
+        open_calls=open_calls,
+        changed_files={**s.changed_files, **changed} if changed else s.changed_files,
+        mutation_revision=s.mutation_revision + 1 if changed else s.mutation_revision,
+        recent_calls=_push(
+            s.recent_calls, call_signature(d.get("tool", ""), d.get("arguments")), RECENT_WINDOW
+        ),
+        recent_errors=_push(s.recent_errors, str(d.get("message", "")), RECENT_WINDOW),
+        failed_attempts=s.failed_attempts + 1,
+    )
+
+
+def _call_reconciled(s: RunState, d: dict[str, Any]) -> RunState:
+    changed: dict[str, str] = d.get("changed_files") or {}
+    keep_open = d.get("outcome") == "rerun"
+    open_calls = (
+        s.open_calls
+        if keep_open
+        else {k: v for k, v in s.open_calls.items() if k != d.get("call_id")}
+    )
+    return replace(
+        s,
+        open_calls=open_calls,
+        changed_files={**s.changed_files, **changed} if changed else s.changed_files,
+        mutation_revision=s.mutation_revision + 1 if changed else s.mutation_revision,
+    )
+
+
+def _approval_requested(s: RunState, d: dict[str, Any]) -> RunState:
+    kind = d.get("kind", "approval")
+    return replace(
+        s,
+        pending=PendingRequest(
+            kind=kind,
+            call_id=d["call_id"],
+            tool=d.get("tool"),
+            arguments=d.get("arguments"),
+            digest=d.get("digest"),
+            risk=d.get("risk"),
+            expires_at=d.get("expires_at"),
+        ),
+    )
+
+
+def _approval_granted(s: RunState, d: dict[str, Any]) -> RunState:
+    grants = {**s.grants, d["digest"]: d["call_id"]} if d.get("digest") else s.grants
+    return replace(s, pending=None, grants=grants)
+
+
+def _approval_denied(s: RunState, d: dict[str, Any]) -> RunState:
+    return replace(s, pending=None)
+
+
+def _input_requested(s: RunState, d: dict[str, Any]) -> RunState:
+    return replace(
+        s, pending=PendingRequest(kind="question", call_id=d["call_id"], question=d["question"])
+    )
+
+
+def _input_received(s: RunState, d: dict[str, Any]) -> RunState:
+    return replace(s, pending=None)
+
+
+def _budget_warning(s: RunState, d: dict[str, Any]) -> RunState:
+    dim = str(d["dimension"])
+    return s if dim in s.warned else replace(s, warned=(*s.warned, dim))
+
+
+def _todo_updated(s: RunState, d: dict[str, Any]) -> RunState:
+    return replace(s, todos=tuple(Todo(**t) for t in d.get("todos", ())))
+
+
+def _plan_written(s: RunState, d: dict[str, Any]) -> RunState:
+    return replace(s, plan=d.get("content"))
+
+
+def _mode_changed(s: RunState, d: dict[str, Any]) -> RunState:
+    return replace(s, mode=d["to"])
+
+
+def _note_added(s: RunState, d: dict[str, Any]) -> RunState:
+    return replace(s, notes=_push(s.notes, str(d.get("text", "")), NOTES_KEPT))
+
+
+def _verification_done(s: RunState, d: dict[str, Any]) -> RunState:
+    records = tuple(ValidationRecord.from_dict(r) for r in d.get("records", ()))
+    return replace(s, validations=s.validations + records)
+
+
+def _no_progress(s: RunState, d: dict[str, Any]) -> RunState:
+    return replace(s, no_progress_step=s.usage.steps)
+
+
+def _task_linked(s: RunState, d: dict[str, Any]) -> RunState:
+    return replace(s, task_id=d.get("task_id"))
+
+
+def _unchanged(s: RunState, d: dict[str, Any]) -> RunState:
+    return s
+
+
+_APPLY = {
+    EventType.RUN_CREATED: _run_created,
+    EventType.STATUS_CHANGED: _status_changed,
+    EventType.RUN_RESUMED: _unchanged,
+    EventType.MODEL_REQUESTED: _unchanged,
+    EventType.MODEL_RESPONDED: _model_responded,
+    EventType.TOOL_STARTED: _tool_started,
+    EventType.TOOL_FINISHED: _tool_finished,
+    EventType.TOOL_FAILED: _tool_failed,
+    EventType.CALL_RECONCILED: _call_reconciled,
+    EventType.APPROVAL_REQUESTED: _approval_requested,
+    EventType.APPROVAL_GRANTED: _approval_granted,
+    EventType.APPROVAL_DENIED: _approval_denied,
+    EventType.INPUT_REQUESTED: _input_requested,
+    EventType.INPUT_RECEIVED: _input_received,
+    EventType.BUDGET_WARNING: _budget_warning,
+    EventType.BUDGET_EXHAUSTED: _unchanged,
+    EventType.TODO_UPDATED: _todo_updated,
+    EventType.PLAN_WRITTEN: _plan_written,
+    EventType.MODE_CHANGED: _mode_changed,
+    EventType.NOTE_ADDED: _note_added,
+    EventType.VERIFICATION_STARTED: _unchanged,
+    EventType.VERIFICATION_PASSED: _verification_done,
+    EventType.VERIFICATION_FAILED: _verification_done,
+    EventType.SUBAGENT_SPAWNED: _unchanged,
+    EventType.SUBAGENT_FINISHED: _unchanged,
+    EventType.NO_PROGRESS_DETECTED: _no_progress,
+    EventType.RETRY_SCHEDULED: _unchanged,
+    EventType.CONTEXT_COMPACTED: _unchanged,
+    EventType.TASK_LINKED: _task_linked,
+}
+
+__all__ = [
+    "PendingRequest",
+    "RunOptions",
+    "RunState",
+    "Todo",
+    "ValidationRecord",
+    "call_signature",
+    "canonical_json",
+    "transition",
+]

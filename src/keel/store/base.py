@@ -1,0 +1,199 @@
+"""The ``Store`` seam: the one interface every backend implements.
+
+Guarantees every backend gives (checked by ``keel.testing.conformance``):
+- a run's events are numbered 1, 2, 3 … with no gap; ``append_events`` writes all
+  of a step's events or none, and only if the caller's ``expected_seq`` is still
+  the run's last sequence (else ``ConcurrentUpdate``, nothing written);
+- the stored snapshot is always the fold of the run's events;
+- a write carrying a lease token is refused with ``LeaseLost`` unless that token
+  is the run's (or task's) current, unexpired lease;
+- task claims are atomic: two claimers never both win a task;
+- every task change appends to that task's own gapless history in the same
+  transaction.
+Times come from the database clock where leases are concerned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+from keel.core.events import Event, NewEvent
+from keel.core.state import RunOptions, RunState
+from keel.core.status import RunStatus
+from keel.core.tasks import Task, TaskEvent, TaskStatus
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Lease:
+    """A time-bounded right to execute a run or a task; ``token`` fences writes."""
+
+    subject: str  # run id or task id
+    owner: str
+    token: str
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Artifact:
+    id: str  # "art_" + sha256 prefix of the content: equal content, equal id
+    run_id: str
+    name: str
+    size: int
+    created_at: datetime
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Authoritative state of runs, events, artifacts and tasks."""
+
+    url: str
+
+    # --- runs and events -----------------------------------------------------------
+
+    def create_run(
+        self,
+        *,
+        goal: str,
+        workspace: str,
+        options: RunOptions,
+        parent_id: str | None = None,
+        task_id: str | None = None,
+        idempotency_key: str | None = None,
+        queued: bool = False,
+    ) -> RunState:
+        """Create a run with its ``run_created`` event (seq 1).
+
+        With an ``idempotency_key`` already used, return that run unchanged.
+        ``queued=True`` creates it in status ``queued`` for a worker to pick up.
+        """
+        ...
+
+    def append_events(
+        self,
+        run_id: str,
+        events: Sequence[NewEvent],
+        *,
+        expected_seq: int,
+        lease_token: str | None = None,
+    ) -> tuple[RunState, list[Event]]:
+        """Append one step's events atomically; return the new state and stored events."""
+        ...
+
+    def load_run(self, run_id: str) -> RunState:
+        """The run's current state (snapshot plus any later events); RunNotFound if none."""
+        ...
+
+    def list_runs(self, *, status: RunStatus | None = None, limit: int = 100) -> list[RunState]:
+        """Newest first."""
+        ...
+
+    def read_events(
+        self, run_id: str, *, after: int = 0, limit: int | None = None
+    ) -> list[Event]:
+        """Events with ``seq > after`` in order; RunNotFound for an unknown run."""
+        ...
+
+    def wait_for_events(self, run_id: str, *, after: int, timeout: float) -> bool:
+        """Block until the run has an event after ``after`` or ``timeout`` passes."""
+        ...
+
+    # --- run leases ----------------------------------------------------------------
+
+    def acquire_run_lease(self, run_id: str, *, owner: str, ttl: float) -> Lease:
+        """Take the run's lease if free or expired (a takeover); else ``LeaseHeld``."""
+        ...
+
+    def renew_run_lease(self, lease: Lease, *, ttl: float) -> Lease:
+        """Extend a held lease; ``LeaseLost`` if it was taken or expired."""
+        ...
+
+    def release_run_lease(self, lease: Lease) -> None:
+        """Give the lease up; a no-op if it is no longer ours."""
+        ...
+
+    def current_run_lease(self, run_id: str) -> Lease | None:
+        """The unexpired lease on a run, if any."""
+        ...
+
+    def claim_next_run(self, *, owner: str, ttl: float) -> tuple[RunState, Lease] | None:
+        """Lease the oldest queued run, or a running one whose lease expired."""
+        ...
+
+    # --- artifacts -----------------------------------------------------------------
+
+    def put_artifact(self, run_id: str, name: str, content: bytes) -> Artifact: ...
+
+    def get_artifact(self, artifact_id: str) -> tuple[Artifact, bytes]: ...
+
+    # --- tasks ---------------------------------------------------------------------
+
+    def create_task(
+        self,
+        subject: str,
+        *,
+        description: str = "",
+        blocked_by: Sequence[str] = (),
+        actor: str,
+        idempotency_key: str | None = None,
+        options: dict[str, object] | None = None,
+    ) -> Task: ...
+
+    def add_dependencies(self, task_id: str, blocked_by: Sequence[str], *, actor: str) -> Task:
+        """Only on a pending, unclaimed task; self-, missing and cyclic ones are refused."""
+        ...
+
+    def get_task(self, task_id: str) -> Task: ...
+
+    def list_tasks(self, *, status: TaskStatus | None = None, ready: bool = False) -> list[Task]:
+        ...
+
+    def claim_task(
+        self, *, owner: str, lease_seconds: float, task_id: str | None = None
+    ) -> Task | None:
+        """Claim ``task_id`` (TaskNotClaimable naming why not) or the oldest ready task
+        (None when there is none). Expired leases are reclaimed inside the claim."""
+        ...
+
+    def heartbeat_task(self, task_id: str, *, owner: str, token: str, lease_seconds: float) -> Task:
+        ...
+
+    def complete_task(
+        self, task_id: str, *, owner: str, token: str | None = None, result: str | None = None
+    ) -> list[Task]:
+        """Complete an owned task; return exactly the tasks that became ready by it."""
+        ...
+
+    def fail_task(
+        self, task_id: str, *, owner: str, reason: str, token: str | None = None
+    ) -> Task: ...
+
+    def reopen_task(self, task_id: str, *, actor: str) -> Task:
+        """Move a failed task back to pending (a new attempt); history keeps the failure."""
+        ...
+
+    def release_task(self, task_id: str, *, owner: str, token: str) -> Task:
+        """Give a claimed task back to pending without failing it (graceful shutdown)."""
+        ...
+
+    def link_task_run(self, task_id: str, run_id: str, *, owner: str, token: str) -> Task: ...
+
+    def task_events(self, task_id: str) -> list[TaskEvent]: ...
+
+    def wait_for_work(self, timeout: float) -> bool:
+        """Block until new work may be claimable (NOTIFY on PostgreSQL) or timeout."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def iter_all_events(store: Store, run_id: str, *, page: int = 1000) -> Iterator[Event]:
+    after = 0
+    while True:
+        batch = store.read_events(run_id, after=after, limit=page)
+        if not batch:
+            return
+        yield from batch
+        after = batch[-1].seq
