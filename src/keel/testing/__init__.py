@@ -1,0 +1,1 @@
+"""Public test helpers: fakes at Keel's boundaries, never of its machinery."""
