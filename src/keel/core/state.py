@@ -164,6 +164,7 @@ class RunState:
     mutation_revision: int = 0
     validations: tuple[ValidationRecord, ...] = ()
     pending: PendingRequest | None = None
+    turn_calls: tuple[dict[str, Any], ...] = ()  # latest model turn's calls without outcome
     open_calls: dict[str, dict[str, Any]] = field(default_factory=dict)  # started, unfinished
     grants: dict[str, str] = field(default_factory=dict)  # unused approval digest -> call id
     mode: str = "edit"
@@ -243,6 +244,7 @@ class RunState:
             "mutation_revision": self.mutation_revision,
             "validations": [v.to_dict() for v in self.validations],
             "pending": self.pending.to_dict() if self.pending else None,
+            "turn_calls": [dict(c) for c in self.turn_calls],
             "open_calls": dict(self.open_calls),
             "grants": dict(self.grants),
             "mode": self.mode,
@@ -275,6 +277,7 @@ class RunState:
             mutation_revision=int(d.get("mutation_revision", 0)),
             validations=tuple(ValidationRecord.from_dict(v) for v in d.get("validations", ())),
             pending=PendingRequest.from_dict(d["pending"]) if d.get("pending") else None,
+            turn_calls=tuple(dict(c) for c in d.get("turn_calls", ())),
             open_calls=dict(d.get("open_calls", {})),
             grants=dict(d.get("grants", {})),
             mode=d.get("mode", "edit"),
@@ -335,7 +338,19 @@ def _status_changed(s: RunState, d: dict[str, Any]) -> RunState:
 def _model_responded(s: RunState, d: dict[str, Any]) -> RunState:
     usage = d.get("usage") or {}
     tokens = int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0))
-    return replace(s, usage=s.usage.add(steps=1, tokens=tokens, cost=float(d.get("cost", 0.0))))
+    calls = tuple(
+        {"id": c["id"], "name": c["name"], "arguments": c["arguments"]}
+        for c in d.get("tool_calls", ())
+    )
+    return replace(
+        s,
+        usage=s.usage.add(steps=1, tokens=tokens, cost=float(d.get("cost", 0.0))),
+        turn_calls=calls,
+    )
+
+
+def _answered(s: RunState, call_id: str | None) -> tuple[dict[str, Any], ...]:
+    return tuple(c for c in s.turn_calls if c["id"] != call_id)
 
 
 def _tool_started(s: RunState, d: dict[str, Any]) -> RunState:
@@ -355,6 +370,7 @@ def _tool_finished(s: RunState, d: dict[str, Any]) -> RunState:
     return replace(
         s,
         usage=s.usage.add(tool_calls=1),
+        turn_calls=_answered(s, d.get("call_id")),
         open_calls=open_calls,
         changed_files={**s.changed_files, **changed} if changed else s.changed_files,
         mutation_revision=s.mutation_revision + 1 if changed else s.mutation_revision,
@@ -371,6 +387,7 @@ def _tool_failed(s: RunState, d: dict[str, Any]) -> RunState:
     return replace(
         s,
         usage=s.usage.add(tool_calls=1),
+        turn_calls=_answered(s, d.get("call_id")),
         open_calls=open_calls,
         changed_files={**s.changed_files, **changed} if changed else s.changed_files,
         mutation_revision=s.mutation_revision + 1 if changed else s.mutation_revision,
@@ -430,7 +447,7 @@ def _input_requested(s: RunState, d: dict[str, Any]) -> RunState:
 
 
 def _input_received(s: RunState, d: dict[str, Any]) -> RunState:
-    return replace(s, pending=None)
+    return replace(s, pending=None, turn_calls=_answered(s, d.get("call_id")))
 
 
 def _budget_warning(s: RunState, d: dict[str, Any]) -> RunState:
