@@ -13,6 +13,7 @@
     │   ├── DependencyError        self-, missing or cyclic task dependency
     │   ├── TaskNotClaimable       blocked, taken or finished task
     │   ├── NotOwner               a task change by someone who does not own it
+    │   ├── InvalidTaskTransition  a task change its current status does not allow
     │   └── NothingPending         an answer or decision with nothing waiting for it
     └── RunFailure                 something stopped the work
         ├── BudgetExhausted        a budget dimension ran out
@@ -115,6 +116,13 @@ class NotOwner(UsageError):
         self.task_id = task_id
         self.owner = owner
         self.caller = caller
+
+
+class InvalidTaskTransition(UsageError):
+    def __init__(self, task_id: str, status: str, detail: str) -> None:
+        super().__init__(f"task {task_id} is {status}: {detail}")
+        self.task_id = task_id
+        self.status = status
 
 
 class NothingPending(UsageError):
