@@ -1,0 +1,415 @@
+"""The runs half of the SQLite store: runs, the event log, run leases, artifacts.
+
+An append is one ``BEGIN IMMEDIATE`` transaction: read the run's head, check the
+caller's expected sequence and lease, fold the new events onto the snapshot,
+insert the events and the new snapshot, commit. Its cost depends on the step,
+never on the run's length. The last folded state of recently used runs is kept
+in memory keyed by ``(run_id, last_seq)``: events are immutable, so a state with
+the same last sequence is the same state, and a writer in another process simply
+makes the key miss.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from keel.core.errors import (
+    ConcurrentUpdate,
+    InvalidTransition,
+    LeaseHeld,
+    LeaseLost,
+    NotFound,
+    RunNotFound,
+)
+from keel.core.events import Event, EventType, NewEvent
+from keel.core.state import RunOptions, RunState
+from keel.core.status import RunStatus, check_transition
+from keel.store.base import Artifact, Lease
+from keel.store.sql import load_queries
+from keel.store.sqlite.connection import Database
+
+Q = load_queries("keel.store.sqlite", "runs.sql")
+STATE_CACHE_SIZE = 256
+ARTIFACT_ID_HEX = 32
+
+
+def utc_text(moment: datetime) -> str:
+    """Fixed-width ISO-8601 UTC text (sorts as time; parses with ``fromisoformat``)."""
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")
+
+
+def epoch_to_datetime(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+def dump_json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def new_run_id() -> str:
+    return "run_" + uuid.uuid4().hex[:12]
+
+
+def artifact_id(content: bytes) -> str:
+    return "art_" + hashlib.sha256(content).hexdigest()[:ARTIFACT_ID_HEX]
+
+
+class SQLiteRuns:
+    """Runs, events, run leases and artifacts of ``SQLiteStore`` (mixin over ``_db``)."""
+
+    _db: Database
+    _states: OrderedDict[str, RunState]
+    _states_guard: threading.Lock
+
+    def _init_runs(self) -> None:
+        self._states = OrderedDict()
+        self._states_guard = threading.Lock()
+
+    # --- state cache -----------------------------------------------------------------
+
+    def _cached(self, run_id: str, last_seq: int) -> RunState | None:
+        with self._states_guard:
+            state = self._states.get(run_id)
+            if state is None or state.last_seq != last_seq:
+                return None
+            self._states.move_to_end(run_id)
+            return state
+
+    def _remember(self, state: RunState) -> None:
+        with self._states_guard:
+            self._states[state.run_id] = state
+            self._states.move_to_end(state.run_id)
+            while len(self._states) > STATE_CACHE_SIZE:
+                self._states.popitem(last=False)
+
+    def _state_at(self, conn: sqlite3.Connection, run_id: str, last_seq: int) -> RunState:
+        """The run's state at ``last_seq`` (from memory, else the snapshot plus later events)."""
+        cached = self._cached(run_id, last_seq)
+        if cached is not None:
+            return cached
+        row = conn.execute(Q["run_snapshot"], (run_id,)).fetchone()
+        if row is None:
+            raise RunNotFound(run_id)
+        state = RunState.from_dict(json.loads(row[0]))
+        for event in self._events(conn, run_id, state.last_seq, -1):
+            state = state.apply(event)
+        self._remember(state)
+        return state
+
+    # --- runs and events -------------------------------------------------------------
+
+    def create_run(
+        self,
+        *,
+        goal: str,
+        workspace: str,
+        options: RunOptions,
+        parent_id: str | None = None,
+        task_id: str | None = None,
+        idempotency_key: str | None = None,
+        queued: bool = False,
+    ) -> RunState:
+        """Create a run and its ``run_created`` event in one transaction (idempotent on key)."""
+        status = RunStatus.QUEUED if queued else RunStatus.RUNNING
+        data = {
+            "goal": goal,
+            "workspace": workspace,
+            "parent_id": parent_id,
+            "task_id": task_id,
+            "options": options.to_dict(),
+            "status": status.value,
+        }
+        data_text = dump_json(data)
+        data = json.loads(data_text)  # fold exactly what a reader of the log will see
+        with self._db.write() as conn:
+            if idempotency_key is not None:
+                row = conn.execute(Q["find_run_by_key"], (idempotency_key,)).fetchone()
+                if row is not None:
+                    return self._state_at(conn, row[0], self._last_seq(conn, row[0]))
+            if parent_id is not None and not conn.execute(Q["run_exists"], (parent_id,)).fetchone():
+                raise RunNotFound(parent_id)
+            now = datetime.now(UTC)
+            now_text = utc_text(now)
+            while True:
+                run_id = new_run_id()
+                event = Event(
+                    run_id=run_id,
+                    seq=1,
+                    event_id=uuid.uuid4().hex,
+                    type=EventType.RUN_CREATED,
+                    recorded_at=now,
+                    data=data,
+                )
+                state = RunState(run_id=run_id).apply(event)
+                try:
+                    conn.execute(
+                        Q["insert_run"],
+                        (
+                            run_id,
+                            parent_id,
+                            task_id,
+                            state.status.value,
+                            goal,
+                            workspace,
+                            idempotency_key,
+                            dump_json(state.to_dict()),
+                            1,
+                            now_text,
+                            now_text,
+                        ),
+                    )
+                except sqlite3.IntegrityError:
+                    continue  # a run id collision (48 random bits): draw another
+                break
+            conn.execute(
+                Q["insert_event"],
+                (run_id, 1, event.event_id, event.type.value, now_text, data_text),
+            )
+        self._remember(state)
+        return state
+
+    def append_events(
+        self,
+        run_id: str,
+        events: Sequence[NewEvent],
+        *,
+        expected_seq: int,
+        lease_token: str | None = None,
+    ) -> tuple[RunState, list[Event]]:
+        """Append one step's events atomically, only if ``expected_seq`` is still the last.
+
+        Stale ``expected_seq`` -> ConcurrentUpdate; a ``lease_token`` that is not the
+        run's current unexpired lease -> LeaseLost; an illegal ``status_changed`` ->
+        InvalidTransition. In every refused case nothing is written.
+        """
+        with self._db.write() as conn:
+            head = conn.execute(Q["run_head"], (run_id,)).fetchone()
+            if head is None:
+                raise RunNotFound(run_id)
+            last_seq, token, lease_live, lease_owner = head
+            if last_seq != expected_seq:
+                raise ConcurrentUpdate(run_id, expected_seq, last_seq)
+            if lease_token is not None and (token != lease_token or not lease_live):
+                detail = (
+                    f"now held by {lease_owner}"
+                    if token not in (None, lease_token)
+                    else "the lease expired"
+                    if token == lease_token
+                    else "the lease was released"
+                )
+                raise LeaseLost(run_id, detail)
+            if not events:
+                return self._state_at(conn, run_id, last_seq), []
+            state = self._state_at(conn, run_id, last_seq)
+            loads = json.loads
+            now = datetime.now(UTC)
+            now_text = utc_text(now)
+            stored: list[Event] = []
+            rows = []
+            seq = last_seq
+            for new in events:
+                seq += 1
+                data = new.data
+                if new.type is EventType.STATUS_CHANGED:
+                    data = _checked_status_change(state.status, data)
+                text = dump_json(data)
+                data = loads(text)  # fold exactly what a reader of the log will see
+                event = Event(
+                    run_id=run_id,
+                    seq=seq,
+                    event_id=uuid.uuid4().hex,
+                    type=new.type,
+                    recorded_at=now,
+                    data=data,
+                )
+                state = state.apply(event)
+                stored.append(event)
+                rows.append((run_id, seq, event.event_id, new.type.value, now_text, text))
+            conn.executemany(Q["insert_event"], rows)
+            conn.execute(
+                Q["update_run_state"],
+                (dump_json(state.to_dict()), state.status.value, seq, now_text, run_id),
+            )
+        self._remember(state)
+        return state, stored
+
+    def load_run(self, run_id: str) -> RunState:
+        with self._db.read() as conn:
+            return self._state_at(conn, run_id, self._last_seq(conn, run_id))
+
+    def list_runs(self, *, status: RunStatus | None = None, limit: int = 100) -> list[RunState]:
+        with self._db.read() as conn:
+            if status is None:
+                rows = conn.execute(Q["list_runs"], (limit,)).fetchall()
+            else:
+                rows = conn.execute(Q["list_runs_by_status"], (status.value, limit)).fetchall()
+        return [RunState.from_dict(json.loads(row[0])) for row in rows]
+
+    def read_events(self, run_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
+        with self._db.read() as conn:
+            if conn.execute(Q["run_exists"], (run_id,)).fetchone() is None:
+                raise RunNotFound(run_id)
+            return self._events(conn, run_id, after, -1 if limit is None else limit)
+
+    def wait_for_events(self, run_id: str, *, after: int, timeout: float) -> bool:
+        """Poll the run's last sequence every 50 ms (one primary-key lookup)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._db.read() as conn:
+                if self._last_seq(conn, run_id) > after:
+                    return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            time.sleep(min(0.05, remaining))
+
+    @staticmethod
+    def _last_seq(conn: sqlite3.Connection, run_id: str) -> int:
+        row = conn.execute(Q["last_seq"], (run_id,)).fetchone()
+        if row is None:
+            raise RunNotFound(run_id)
+        return int(row[0])
+
+    @staticmethod
+    def _events(conn: sqlite3.Connection, run_id: str, after: int, limit: int) -> list[Event]:
+        loads = json.loads
+        parse = datetime.fromisoformat
+        types = EventType
+        return [
+            Event(
+                run_id=run_id,
+                seq=seq,
+                event_id=event_id,
+                type=types(kind),
+                recorded_at=parse(recorded_at),
+                data=loads(data),
+            )
+            for seq, event_id, kind, recorded_at, data in conn.execute(
+                Q["read_events"], (run_id, after, limit)
+            )
+        ]
+
+    # --- run leases ------------------------------------------------------------------
+
+    def acquire_run_lease(self, run_id: str, *, owner: str, ttl: float) -> Lease:
+        with self._db.write() as conn:
+            row = conn.execute(Q["run_lease"], (run_id,)).fetchone()
+            if row is None:
+                raise RunNotFound(run_id)
+            held_by, token, expires_at, live = row
+            if token is not None and live:
+                raise LeaseHeld(run_id, held_by, epoch_to_datetime(expires_at))
+            return self._take_run_lease(conn, run_id, owner, ttl)
+
+    def _take_run_lease(
+        self, conn: sqlite3.Connection, run_id: str, owner: str, ttl: float
+    ) -> Lease:
+        token = uuid.uuid4().hex
+        (expires_at,) = conn.execute(Q["take_run_lease"], (owner, token, ttl, run_id)).fetchone()
+        return Lease(
+            subject=run_id, owner=owner, token=token, expires_at=epoch_to_datetime(expires_at)
+        )
+
+    def renew_run_lease(self, lease: Lease, *, ttl: float) -> Lease:
+        with self._db.write() as conn:
+            row = conn.execute(Q["renew_run_lease"], (ttl, lease.subject, lease.token)).fetchone()
+            if row is None:
+                current = conn.execute(Q["run_lease"], (lease.subject,)).fetchone()
+                if current is None:
+                    raise RunNotFound(lease.subject)
+                held_by, token = current[0], current[1]
+                raise LeaseLost(
+                    lease.subject,
+                    f"now held by {held_by}"
+                    if token not in (None, lease.token)
+                    else "the lease expired"
+                    if token == lease.token
+                    else "the lease was released",
+                )
+        return Lease(
+            subject=lease.subject,
+            owner=lease.owner,
+            token=lease.token,
+            expires_at=epoch_to_datetime(row[0]),
+        )
+
+    def release_run_lease(self, lease: Lease) -> None:
+        with self._db.write() as conn:
+            conn.execute(Q["release_run_lease"], (lease.subject, lease.token))
+
+    def current_run_lease(self, run_id: str) -> Lease | None:
+        with self._db.read() as conn:
+            row = conn.execute(Q["run_lease"], (run_id,)).fetchone()
+        if row is None:
+            raise RunNotFound(run_id)
+        owner, token, expires_at, live = row
+        if token is None or not live:
+            return None
+        return Lease(
+            subject=run_id, owner=owner, token=token, expires_at=epoch_to_datetime(expires_at)
+        )
+
+    def claim_next_run(self, *, owner: str, ttl: float) -> tuple[RunState, Lease] | None:
+        """Atomically lease the oldest claimable run (queued, or running with a dead holder)."""
+        with self._db.write() as conn:
+            row = conn.execute(Q["next_claimable_run"]).fetchone()
+            if row is None:
+                return None
+            run_id = row[0]
+            lease = self._take_run_lease(conn, run_id, owner, ttl)
+            state = self._state_at(conn, run_id, self._last_seq(conn, run_id))
+        return state, lease
+
+    # --- artifacts -------------------------------------------------------------------
+
+    def put_artifact(self, run_id: str, name: str, content: bytes) -> Artifact:
+        """Store ``content`` once: equal bytes give the same id (and the first put's name)."""
+        art_id = artifact_id(content)
+        with self._db.write() as conn:
+            if conn.execute(Q["run_exists"], (run_id,)).fetchone() is None:
+                raise RunNotFound(run_id)
+            conn.execute(
+                Q["insert_artifact"],
+                (art_id, run_id, name, len(content), content, utc_text(datetime.now(UTC))),
+            )
+            row = conn.execute(Q["artifact_meta"], (art_id,)).fetchone()
+        return _artifact(row)
+
+    def get_artifact(self, artifact_id: str) -> tuple[Artifact, bytes]:
+        with self._db.read() as conn:
+            row = conn.execute(Q["artifact_with_content"], (artifact_id,)).fetchone()
+        if row is None:
+            raise NotFound(f"no artifact with id {artifact_id!r}; `keel show RUN_ID` lists a run's")
+        return _artifact(row[:5]), bytes(row[5])
+
+
+def _artifact(row: Sequence[Any]) -> Artifact:
+    art_id, run_id, name, size, created_at = row
+    return Artifact(
+        id=art_id,
+        run_id=run_id,
+        name=name,
+        size=int(size),
+        created_at=datetime.fromisoformat(created_at),
+    )
+
+
+def _checked_status_change(current: RunStatus, data: dict[str, Any]) -> dict[str, Any]:
+    """The event's data with its reason as stored; InvalidTransition if the move is illegal."""
+    try:
+        target = RunStatus(data["to"])
+    except (KeyError, ValueError):
+        raise InvalidTransition(current, str(data.get("to")), "not a run status") from None
+    reason = check_transition(current, target, data.get("reason"))
+    if data.get("reason") == reason and data.get("from") == current.value:
+        return data
+    return {**data, "from": current.value, "reason": reason}

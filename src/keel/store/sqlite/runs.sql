@@ -1,0 +1,88 @@
+-- Runs, events, run leases and artifacts of the SQLite store.
+-- NOW below is the database clock in epoch seconds:
+-- ((julianday('now') - 2440587.5) * 86400.0)
+
+-- name: find_run_by_key
+SELECT id FROM runs WHERE idempotency_key = ?
+
+-- name: run_exists
+SELECT 1 FROM runs WHERE id = ?
+
+-- name: insert_run
+INSERT INTO runs (
+    id, parent_id, task_id, status, goal, workspace, idempotency_key,
+    snapshot, last_seq, created_at, updated_at
+) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+
+-- name: insert_event
+INSERT INTO events (run_id, seq, event_id, type, recorded_at, data) VALUES (?, ?, ?, ?, ?, ?)
+
+-- name: run_head
+-- What an append needs to decide: the sequence, and whether a lease token still holds.
+SELECT last_seq, lease_token,
+       lease_expires_at > ((julianday('now') - 2440587.5) * 86400.0) AS lease_live,
+       lease_owner
+FROM runs WHERE id = ?
+
+-- name: run_snapshot
+SELECT snapshot, last_seq FROM runs WHERE id = ?
+
+-- name: update_run_state
+UPDATE runs SET snapshot = ?, status = ?, last_seq = ?, updated_at = ? WHERE id = ?
+
+-- name: last_seq
+SELECT last_seq FROM runs WHERE id = ?
+
+-- name: list_runs
+SELECT snapshot FROM runs ORDER BY created_at DESC, rowid DESC LIMIT ?
+
+-- name: list_runs_by_status
+SELECT snapshot FROM runs WHERE status = ? ORDER BY created_at DESC, rowid DESC LIMIT ?
+
+-- name: read_events
+SELECT seq, event_id, type, recorded_at, data FROM events
+WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?
+
+-- name: run_lease
+SELECT lease_owner, lease_token, lease_expires_at,
+       lease_expires_at > ((julianday('now') - 2440587.5) * 86400.0) AS lease_live
+FROM runs WHERE id = ?
+
+-- name: take_run_lease
+UPDATE runs
+SET lease_owner = ?, lease_token = ?,
+    lease_expires_at = ((julianday('now') - 2440587.5) * 86400.0) + ?
+WHERE id = ?
+RETURNING lease_expires_at
+
+-- name: renew_run_lease
+UPDATE runs
+SET lease_expires_at = ((julianday('now') - 2440587.5) * 86400.0) + ?
+WHERE id = ? AND lease_token = ?
+  AND lease_expires_at > ((julianday('now') - 2440587.5) * 86400.0)
+RETURNING lease_expires_at
+
+-- name: release_run_lease
+UPDATE runs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+WHERE id = ? AND lease_token = ?
+
+-- name: next_claimable_run
+-- The oldest queued run nobody holds, or a running/verifying run whose holder's lease ran out.
+SELECT id FROM runs
+WHERE (status = 'queued'
+       AND (lease_expires_at IS NULL
+            OR lease_expires_at <= ((julianday('now') - 2440587.5) * 86400.0)))
+   OR (status IN ('running', 'verifying')
+       AND lease_expires_at <= ((julianday('now') - 2440587.5) * 86400.0))
+ORDER BY created_at, rowid
+LIMIT 1
+
+-- name: insert_artifact
+INSERT INTO artifacts (id, run_id, name, size, content, created_at) VALUES (?, ?, ?, ?, ?, ?)
+ON CONFLICT (id) DO NOTHING
+
+-- name: artifact_meta
+SELECT id, run_id, name, size, created_at FROM artifacts WHERE id = ?
+
+-- name: artifact_with_content
+SELECT id, run_id, name, size, created_at, content FROM artifacts WHERE id = ?
