@@ -95,6 +95,7 @@ class Task:
             "waiting_on": list(self.waiting_on),
             "held_by_failed": list(self.held_by_failed),
             "ready": self.ready,
+            "lease_token": self.lease_token,
             "lease_expires_at": _iso(self.lease_expires_at),
             "attempt": self.attempt,
             "result": self.result,
@@ -207,9 +208,7 @@ def waiting_on(blockers: Mapping[str, TaskStatus]) -> tuple[str, ...]:
 
 def held_by_failed(blockers: Mapping[str, TaskStatus]) -> tuple[str, ...]:
     """The blockers that failed or were cancelled: they hold dependents until reopened."""
-    return tuple(
-        b for b, s in blockers.items() if s in (TaskStatus.FAILED, TaskStatus.CANCELLED)
-    )
+    return tuple(b for b, s in blockers.items() if s in (TaskStatus.FAILED, TaskStatus.CANCELLED))
 
 
 def is_ready(status: TaskStatus, blockers: Mapping[str, TaskStatus]) -> bool:
