@@ -1,0 +1,270 @@
+"""Stores for tests: one registry of backends, and factories for runs and steps.
+
+``STORE_BACKENDS`` maps a backend name to a context manager that yields a fresh,
+empty store and cleans it up; the conformance suite runs once per entry. To add
+a backend, register it here::
+
+    STORE_BACKENDS["postgres"] = postgres_store   # yields a PostgresStore on a scratch DB
+
+A factory may raise ``pytest.skip``-style exceptions itself when its server is
+unavailable; the registry does not know about pytest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+from typing import Any
+
+from keel.core.budget import Budget
+from keel.core.events import Event, EventType, NewEvent
+from keel.core.state import RunOptions, RunState, transition
+from keel.core.status import RunStatus
+from keel.store.base import Store
+from keel.store.sqlite.store import SQLiteStore
+
+StoreFactory = Callable[[Path], AbstractContextManager[Store]]
+
+
+@contextmanager
+def sqlite_store(tmp: Path, *, synchronous: str = "normal") -> Iterator[Store]:
+    """A new SQLite store in ``tmp`` (a folder), closed on exit."""
+    store = SQLiteStore(tmp / "keel.db", synchronous=synchronous)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+STORE_BACKENDS: dict[str, StoreFactory] = {
+    "sqlite": sqlite_store,
+    # "postgres": postgres_store,  <- the PostgreSQL store registers itself here
+}
+
+
+def make_run(store: Store, **overrides: Any) -> RunState:
+    """Create a run with sensible defaults; any ``create_run`` argument can be overridden."""
+    args: dict[str, Any] = {
+        "goal": "check package.json",
+        "workspace": "/tmp/workspace",
+        "options": RunOptions(model="scripted:turns.json", budget=Budget(max_steps=12)),
+    }
+    args.update(overrides)
+    return store.create_run(**args)
+
+
+def model_step(
+    *,
+    content: str = "thinking",
+    input_tokens: int = 100,
+    output_tokens: int = 20,
+    cost: float = 0.0,
+) -> list[NewEvent]:
+    """The events of one model turn: request and response (one step of the budget)."""
+    return [
+        NewEvent(type=EventType.MODEL_REQUESTED, data={"step": 1, "messages": 2}),
+        NewEvent(
+            type=EventType.MODEL_RESPONDED,
+            data={
+                "content": content,
+                "tool_calls": [],
+                "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens},
+                "cost": cost,
+            },
+        ),
+    ]
+
+
+def tool_step(
+    call_id: str,
+    *,
+    tool: str = "write_file",
+    arguments: dict[str, Any] | None = None,
+    changed_files: dict[str, str] | None = None,
+) -> list[NewEvent]:
+    """A tool call recorded as started then finished."""
+    args = arguments if arguments is not None else {"path": "a.txt", "content": "x"}
+    return [
+        NewEvent(
+            type=EventType.TOOL_STARTED,
+            data={"call_id": call_id, "key": f"key-{call_id}", "tool": tool, "arguments": args},
+        ),
+        NewEvent(
+            type=EventType.TOOL_FINISHED,
+            data={
+                "call_id": call_id,
+                "tool": tool,
+                "arguments": args,
+                "result": "ok",
+                "changed_files": changed_files or {},
+            },
+        ),
+    ]
+
+
+def move(state: RunState, to: RunStatus, reason: str | None = None) -> NewEvent:
+    """The ``status_changed`` event for a legal move (raises InvalidTransition otherwise)."""
+    return transition(state, to, reason)
+
+
+def append(
+    store: Store, state: RunState, events: Sequence[NewEvent], **kwargs: Any
+) -> tuple[RunState, list[Event]]:
+    """Append ``events`` as the next step of ``state`` (expected_seq from the state)."""
+    return store.append_events(state.run_id, events, expected_seq=state.last_seq, **kwargs)
+
+
+def legal_step(state: RunState, choice: int) -> list[NewEvent]:
+    """A legal next step for ``state`` picked deterministically by ``choice`` (>= 0).
+
+    Covers every kind of change the fold knows (usage, tool calls, changed files,
+    todos, notes, warnings, approvals, questions, verification, every legal status
+    move). Returns ``[]`` for a terminal run. Property tests draw the choices.
+    """
+    options = _STEPS[state.status]
+    if not options:
+        return []
+    pick, arg = choice % len(options), choice // len(options)
+    return options[pick](state, arg)
+
+
+def _validation(state: RunState, passed: bool, arg: int) -> dict[str, Any]:
+    return {
+        "command": "pytest -q",
+        "exit_code": 0 if passed else 1 + arg % 3,
+        "duration_s": 0.5 + arg % 7,
+        "artifact": f"art_{arg:032x}",
+        "mutation_revision": state.mutation_revision,
+        "file_hashes": dict(state.changed_files),
+        "passed": passed,
+    }
+
+
+def _reason(arg: int) -> str:
+    return f"reason {arg}"
+
+
+_Step = Callable[[RunState, int], list[NewEvent]]
+
+_RUNNING: list[_Step] = [
+    lambda s, a: model_step(input_tokens=a % 500, output_tokens=a % 50, cost=(a % 9) / 1000),
+    lambda s, a: tool_step(
+        f"call_{s.last_seq}", changed_files={f"f{a % 4}.py": f"{a:064x}"} if a % 2 else None
+    ),
+    lambda s, a: [
+        NewEvent(
+            type=EventType.TOOL_STARTED,
+            data={"call_id": f"call_{s.last_seq}", "tool": "run_command", "arguments": {}},
+        ),
+        NewEvent(
+            type=EventType.TOOL_FAILED,
+            data={"call_id": f"call_{s.last_seq}", "tool": "run_command", "message": f"e{a}"},
+        ),
+    ],
+    lambda s, a: [
+        NewEvent(
+            type=EventType.TODO_UPDATED,
+            data={
+                "todos": [
+                    {"content": f"todo {i}", "status": ("pending", "completed")[(a >> i) & 1]}
+                    for i in range(a % 4)
+                ]
+            },
+        )
+    ],
+    lambda s, a: [NewEvent(type=EventType.NOTE_ADDED, data={"text": f"note {a}"})],
+    lambda s, a: [
+        NewEvent(
+            type=EventType.BUDGET_WARNING,
+            data={"dimension": ("steps", "tokens", "cost")[a % 3], "used": a, "limit": a + 1},
+        )
+    ],
+    lambda s, a: [
+        NewEvent(type=EventType.VERIFICATION_STARTED, data={"commands": ["pytest -q"]}),
+        NewEvent(
+            type=EventType.VERIFICATION_PASSED if a % 2 else EventType.VERIFICATION_FAILED,
+            data={"records": [_validation(s, bool(a % 2), a)]},
+        ),
+    ],
+    lambda s, a: [
+        NewEvent(
+            type=EventType.APPROVAL_REQUESTED,
+            data={
+                "call_id": f"call_{s.last_seq}",
+                "tool": "run_command",
+                "arguments": {"argv": ["rm", f"f{a}"]},
+                "digest": f"{a:016x}",
+                "risk": "execute",
+            },
+        ),
+        NewEvent(
+            type=EventType.STATUS_CHANGED,
+            data={"from": "running", "to": "waiting", "reason": "approval of run_command"},
+        ),
+    ],
+    lambda s, a: [
+        NewEvent(
+            type=EventType.INPUT_REQUESTED,
+            data={"call_id": f"call_{s.last_seq}", "question": f"which file? ({a})"},
+        ),
+        move(s, RunStatus.WAITING, "a question for the user"),
+    ],
+    lambda s, a: [move(s, RunStatus.PAUSED, _reason(a))],
+    lambda s, a: [move(s, RunStatus.VERIFYING, "the model asked to finish")],
+    lambda s, a: [move(s, (RunStatus.FAILED, RunStatus.BLOCKED)[a % 2], _reason(a))],
+]
+
+
+def _resume_waiting(s: RunState, a: int) -> list[NewEvent]:
+    pending = s.pending
+    if pending is not None and pending.kind == "question":
+        answer = NewEvent(
+            type=EventType.INPUT_RECEIVED, data={"call_id": pending.call_id, "answer": f"a{a}"}
+        )
+    elif pending is not None:
+        kind = EventType.APPROVAL_GRANTED if a % 2 else EventType.APPROVAL_DENIED
+        answer = NewEvent(
+            type=kind,
+            data={"call_id": pending.call_id, "digest": pending.digest, "by": "user"},
+        )
+    else:
+        answer = NewEvent(type=EventType.NOTE_ADDED, data={"text": "resumed"})
+    return [answer, move(s, RunStatus.RUNNING)]
+
+
+_STEPS: dict[RunStatus, list[_Step]] = {
+    RunStatus.QUEUED: [
+        lambda s, a: [move(s, RunStatus.RUNNING)],
+        lambda s, a: [move(s, RunStatus.CANCELLED, _reason(a))],
+    ],
+    RunStatus.RUNNING: _RUNNING,
+    RunStatus.WAITING: [
+        _resume_waiting,
+        _resume_waiting,
+        lambda s, a: [move(s, (RunStatus.FAILED, RunStatus.CANCELLED)[a % 2], _reason(a))],
+    ],
+    RunStatus.PAUSED: [
+        lambda s, a: [move(s, RunStatus.RUNNING)],
+        lambda s, a: [move(s, RunStatus.CANCELLED, _reason(a))],
+    ],
+    RunStatus.VERIFYING: [
+        lambda s, a: [
+            NewEvent(
+                type=EventType.VERIFICATION_PASSED, data={"records": [_validation(s, True, a)]}
+            ),
+            move(s, RunStatus.COMPLETED, "verified"),
+        ],
+        lambda s, a: [
+            NewEvent(
+                type=EventType.VERIFICATION_FAILED, data={"records": [_validation(s, False, a)]}
+            ),
+            move(s, RunStatus.RUNNING),
+        ],
+        lambda s, a: [move(s, (RunStatus.FAILED, RunStatus.CANCELLED)[a % 2], _reason(a))],
+    ],
+    RunStatus.COMPLETED: [],
+    RunStatus.FAILED: [],
+    RunStatus.BLOCKED: [],
+    RunStatus.CANCELLED: [],
+}
