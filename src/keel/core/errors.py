@@ -19,6 +19,7 @@
         ├── BudgetExhausted        a budget dimension ran out
         ├── ModelError             the provider refused or kept failing
         ├── ToolError              a tool could not do what was asked (shown to the model)
+        │   └── ToolArgumentError  the model's arguments are not JSON or miss the schema
         └── StoreError             the store cannot serve the request
             ├── ConcurrentUpdate   a writer's expected sequence was stale; nothing written
             ├── LeaseLost          a lease holder's token is no longer valid; nothing written
@@ -153,6 +154,18 @@ class ModelError(RunFailure):
 
 class ToolError(RunFailure):
     """A tool could not do what was asked; the message goes back to the model."""
+
+
+class ToolArgumentError(ToolError):
+    """The arguments for ``tool`` are not valid JSON or do not fit its schema.
+
+    ``problems`` lists each violation in a compact form the model can act on.
+    """
+
+    def __init__(self, tool: str, message: str, problems: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.tool = tool
+        self.problems = problems
 
 
 class StoreError(RunFailure):

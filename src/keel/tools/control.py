@@ -1,0 +1,45 @@
+"""Control tools: the loop itself performs these; here they are only specs and argument models.
+
+request_completion moves the run to verifying, ask_user makes it wait for an answer,
+plan_write records a plan and plan_exit leaves plan mode. The registry refuses to
+``execute`` them, so a loop that forgets to intercept one fails loudly.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from keel.tools.base import Effect, Recovery, tool
+
+NonEmpty = Annotated[str, Field(min_length=1)]
+
+
+@tool(effect=Effect.STATE, recovery=Recovery.IDEMPOTENT, control=True)
+def request_completion(
+    summary: Annotated[NonEmpty, Field(description="What was done and how it was checked.")],
+) -> None:
+    """Ask to finish the task. The harness then runs its verifiers; the run completes only
+    if they pass, otherwise you get the gaps back and continue."""
+
+
+@tool(effect=Effect.STATE, recovery=Recovery.IDEMPOTENT, control=True)
+def ask_user(
+    question: Annotated[NonEmpty, Field(description="One clear question for the user.")],
+) -> None:
+    """Ask the user a question and wait for the answer; use only when you cannot proceed."""
+
+
+@tool(effect=Effect.STATE, recovery=Recovery.IDEMPOTENT, control=True)
+def plan_write(
+    content: Annotated[NonEmpty, Field(description="The plan, as markdown.")],
+) -> None:
+    """Record (or replace) the plan for this task."""
+
+
+@tool(effect=Effect.STATE, recovery=Recovery.IDEMPOTENT, control=True)
+def plan_exit(
+    summary: Annotated[NonEmpty, Field(description="The plan in brief, for approval.")],
+) -> None:
+    """Leave plan mode and start carrying out the plan."""
