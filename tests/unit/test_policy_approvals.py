@@ -1,0 +1,236 @@
+"""Approval digests, risk, expiry, and grants folded through the run state."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from keel.core.errors import NothingPending, UsageError
+from keel.core.events import Event, EventType, NewEvent
+from keel.core.state import RunOptions, RunState
+from keel.policy import (
+    approval_digest,
+    approval_request,
+    decide_approval,
+    expires_at,
+    grant_matches,
+    is_expired,
+    risk_of,
+)
+
+WORKSPACE = Path("/srv/work/project")
+NOW = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
+PUSH = {"argv": ["git", "push", "origin", "main"], "timeout_seconds": 60}
+
+
+def fold(*new_events: NewEvent, state: RunState | None = None) -> RunState:
+    """Apply ``new_events`` as the store would: numbered in order, after ``state``."""
+    if state is None:
+        created = NewEvent(
+            type=EventType.RUN_CREATED,
+            data={"goal": "g", "workspace": str(WORKSPACE), "options": RunOptions().to_dict()},
+        )
+        state, new_events = RunState(run_id="run_1"), (created, *new_events)
+    for new in new_events:
+        state = state.apply(
+            Event(
+                run_id=state.run_id,
+                seq=state.last_seq + 1,
+                event_id=str(uuid.uuid4()),
+                type=new.type,
+                recorded_at=NOW,
+                data=new.data,
+            )
+        )
+    return state
+
+
+def request(arguments: dict[str, Any] = PUSH, ttl: float | None = 3600) -> NewEvent:
+    return approval_request(
+        call_id="call_1",
+        tool="run_command",
+        effect="execute",
+        arguments=arguments,
+        workspace=WORKSPACE,
+        now=NOW,
+        ttl_seconds=ttl,
+        rule="mode:edit",
+        reason="execute calls need approval in edit mode",
+    )
+
+
+# --- digest ------------------------------------------------------------------------------
+
+
+def test_digest_ignores_key_order_at_every_depth() -> None:
+    a = {"path": "a.txt", "opts": {"x": 1, "y": [1, 2]}}
+    b = {"opts": {"y": [1, 2], "x": 1}, "path": "a.txt"}
+
+    assert approval_digest("write_file", a, WORKSPACE) == approval_digest(
+        "write_file", b, WORKSPACE
+    )
+    assert len(approval_digest("write_file", a, WORKSPACE)) == 64
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "workspace"),
+    [
+        ("run_command", {**PUSH, "argv": ["git", "push", "origin", "dev"]}, WORKSPACE),
+        ("run_command", {"argv": PUSH["argv"]}, WORKSPACE),
+        ("run_command", {**PUSH, "timeout_seconds": "60"}, WORKSPACE),
+        ("run_command", PUSH, Path("/srv/work/other")),
+        ("other_tool", PUSH, WORKSPACE),
+    ],
+)
+def test_digest_changes_with_any_argument_the_workspace_or_the_tool(
+    tool: str, arguments: dict[str, Any], workspace: Path
+) -> None:
+    assert approval_digest(tool, arguments, workspace) != approval_digest(
+        "run_command", PUSH, WORKSPACE
+    )
+
+
+def test_digest_is_the_sha256_of_canonical_tool_arguments_workspace() -> None:
+    # Pinned: a digest stored by one version must still match after an upgrade.
+    pinned = "fda794eddf854871c0a70715733efc7ec7deb2769a8cebcecb8019d345504971"
+
+    assert hashlib.sha256(b'["read_file",{"path":"a"},"/w"]').hexdigest() == pinned
+    assert approval_digest("read_file", {"path": "a"}, "/w") == pinned
+
+
+# --- risk --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("effect", "tool", "arguments", "risk"),
+    [
+        ("read", "read_file", {"path": "a"}, "low"),
+        ("state", "todo_write", {"todos": []}, "low"),
+        ("write", "write_file", {"path": "a", "content": ""}, "medium"),
+        ("execute", "run_command", {"argv": ["pytest"]}, "high"),
+        ("execute", "run_command", {"argv": ["rm", "-rf", "/"]}, "high"),
+        ("external", "web_fetch", {"url": "https://example.com"}, "high"),
+        ("teleport", "mystery", {}, "high"),
+    ],
+)
+def test_risk_grows_with_the_reach_of_the_effect(
+    effect: str, tool: str, arguments: dict[str, Any], risk: str
+) -> None:
+    assert risk_of(effect, tool, arguments) == risk
+
+
+# --- expiry ------------------------------------------------------------------------------
+
+
+def test_expiry_is_iso_utc_and_reached_at_its_instant() -> None:
+    deadline = expires_at(NOW, 90)
+
+    assert deadline == "2025-03-01T12:01:30+00:00"
+    assert not is_expired(deadline, NOW + timedelta(seconds=89.999))
+    assert is_expired(deadline, NOW + timedelta(seconds=90))
+    assert is_expired(deadline, NOW + timedelta(days=3))
+
+
+def test_expiry_compares_instants_not_wall_clocks() -> None:
+    tokyo = timezone(timedelta(hours=9))
+    deadline = expires_at(NOW.astimezone(tokyo), 60)
+
+    assert deadline.endswith("+00:00")
+    assert not is_expired(deadline, (NOW + timedelta(seconds=30)).astimezone(tokyo))
+    assert is_expired(deadline, NOW + timedelta(seconds=61))
+
+
+def test_no_expiry_never_expires_and_naive_times_are_refused() -> None:
+    assert not is_expired(None, NOW + timedelta(days=10_000))
+    with pytest.raises(UsageError, match="timezone-aware"):
+        expires_at(datetime(2025, 1, 1), 60)
+    with pytest.raises(UsageError, match="positive"):
+        expires_at(NOW, 0)
+
+
+# --- grants through the run state --------------------------------------------------------
+
+
+def test_approval_request_records_the_exact_call_digest_risk_and_expiry() -> None:
+    state = fold(request())
+
+    assert state.pending is not None
+    assert state.pending.kind == "approval"
+    assert state.pending.arguments == PUSH
+    assert state.pending.digest == approval_digest("run_command", PUSH, WORKSPACE)
+    assert state.pending.risk == "high"
+    assert state.pending.expires_at == "2025-03-01T13:00:00+00:00"
+
+
+def test_granted_call_matches_once_and_only_with_the_same_arguments() -> None:
+    waiting = fold(request())
+    granted = fold(
+        decide_approval(waiting, approve=True, by="ana", reason="ok", now=NOW), state=waiting
+    )
+
+    digest = grant_matches(granted, "run_command", dict(reversed(PUSH.items())), WORKSPACE)
+    assert waiting.pending is not None
+    assert digest == waiting.pending.digest
+    assert grant_matches(granted, "run_command", {**PUSH, "timeout_seconds": 5}, WORKSPACE) is None
+    assert grant_matches(granted, "run_command", PUSH, Path("/elsewhere")) is None
+
+    used = fold(
+        NewEvent(
+            type=EventType.TOOL_STARTED,
+            data={"call_id": "call_1", "tool": "run_command", "arguments": PUSH, "grant": digest},
+        ),
+        state=granted,
+    )
+    assert grant_matches(used, "run_command", PUSH, WORKSPACE) is None
+
+
+def test_denial_carries_the_reviewers_reason_and_grants_nothing() -> None:
+    waiting = fold(request())
+
+    denial = decide_approval(waiting, approve=False, by="ana", reason="  not on main ", now=NOW)
+    after = fold(denial, state=waiting)
+
+    assert denial.type is EventType.APPROVAL_DENIED
+    assert denial.data["reason"] == "not on main"
+    assert denial.data["call_id"] == "call_1"
+    assert after.pending is None
+    assert grant_matches(after, "run_command", PUSH, WORKSPACE) is None
+
+
+def test_denial_without_a_reason_still_tells_the_model_who_denied() -> None:
+    waiting = fold(request())
+
+    denial = decide_approval(waiting, approve=False, by="ana", reason=None, now=NOW)
+
+    assert denial.data["reason"] == "denied by ana"
+
+
+def test_deciding_with_nothing_pending_is_refused() -> None:
+    with pytest.raises(NothingPending, match="not waiting for an approval"):
+        decide_approval(fold(), approve=True, by="ana", reason=None, now=NOW)
+
+
+def test_expired_request_cannot_be_approved() -> None:
+    waiting = fold(request(ttl=60))
+
+    with pytest.raises(UsageError, match="expired at 2025-03-01T12:01:00"):
+        decide_approval(
+            waiting, approve=True, by="ana", reason=None, now=NOW + timedelta(minutes=2)
+        )
+    assert decide_approval(waiting, approve=True, by="ana", reason=None, now=NOW).type is (
+        EventType.APPROVAL_GRANTED
+    )
+
+
+def test_request_without_timeout_never_expires() -> None:
+    waiting = fold(request(ttl=None))
+
+    assert waiting.pending is not None
+    assert waiting.pending.expires_at is None
+    later = NOW + timedelta(days=365)
+    assert decide_approval(waiting, approve=True, by="ana", reason=None, now=later).data["digest"]
