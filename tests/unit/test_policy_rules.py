@@ -315,11 +315,12 @@ def test_policy_stored_in_run_options_decides_the_same_after_a_json_round_trip(
     restored = Policy.from_dict(RunOptions.from_dict(stored).policy)
 
     assert restored == policy
-    for tool, arguments in [
+    calls: list[tuple[str, dict[str, Any]]] = [
         ("run_command", {"argv": ["git", "push"]}),
         ("run_command", {"argv": ["pytest", "-q"]}),
         ("write_file", {"path": "uv.lock", "content": ""}),
-    ]:
+    ]
+    for tool, arguments in calls:
         assert decide(restored, tool, **arguments) == decide(policy, tool, **arguments)
 
 
