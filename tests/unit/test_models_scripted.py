@@ -1,0 +1,126 @@
+"""ScriptedModel: plays turn `step` of a fixed script, records requests, reports leftovers."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from keel.core.errors import ConfigError, ModelError
+from keel.models.base import Message, ModelRequest, ToolCall
+from keel.models.scripted import ScriptedModel
+
+SCRIPT: list[dict[str, Any]] = [
+    {"tool_calls": [{"name": "read_file", "arguments": {"path": "package.json"}}]},
+    {"content": "done", "usage": {"input_tokens": 120, "output_tokens": 8}},
+]
+
+
+def at(step: int, text: str = "go") -> ModelRequest:
+    return ModelRequest(messages=(Message(role="user", content=text),), tools=(), step=step)
+
+
+def test_plays_the_turn_for_the_requested_step() -> None:
+    model = ScriptedModel(SCRIPT)
+
+    first = model.complete(at(0))
+    second = model.complete(at(1))
+
+    assert first.tool_calls == (
+        ToolCall(id="call_0_0", name="read_file", arguments='{"path": "package.json"}'),
+    )
+    assert first.content is None
+    assert second.content == "done"
+    assert second.tool_calls == ()
+    assert (second.usage.input_tokens, second.usage.output_tokens) == (120, 8)
+    assert first.usage.input_tokens == first.usage.output_tokens == 0
+
+
+def test_a_resumed_run_continues_at_its_step_without_hidden_position() -> None:
+    fresh = ScriptedModel(SCRIPT)  # a new process after a crash at step 1
+    assert fresh.complete(at(1)).content == "done"
+    assert fresh.complete(at(1)).content == "done"  # the same step replays the same turn
+
+
+def test_records_every_request_it_received() -> None:
+    model = ScriptedModel(SCRIPT)
+    model.complete(at(0, "first"))
+    model.complete(at(1, "second"))
+    assert [r.messages[0].content for r in model.requests] == ["first", "second"]
+    assert [r.step for r in model.requests] == [0, 1]
+
+
+def test_raw_string_arguments_pass_through_verbatim() -> None:
+    model = ScriptedModel([{"tool_calls": [{"name": "write_file", "arguments": '{"path": "a'}]}])
+    [call] = model.complete(at(0)).tool_calls
+    assert call.arguments == '{"path": "a'
+
+
+def test_non_object_arguments_are_serialised_for_schema_tests() -> None:
+    model = ScriptedModel([{"tool_calls": [{"name": "list_dir", "arguments": [1, 2]}]}])
+    assert model.complete(at(0)).tool_calls[0].arguments == "[1, 2]"
+
+
+def test_tool_call_ids_are_deterministic_and_may_be_given() -> None:
+    script = [
+        {"content": "thinking"},
+        {"tool_calls": [{"name": "a", "arguments": {}}, {"name": "b", "id": "mine"}]},
+    ]
+    calls = ScriptedModel(script).complete(at(1)).tool_calls
+    again = ScriptedModel(script).complete(at(1)).tool_calls
+    assert [c.id for c in calls] == ["call_1_0", "mine"]
+    assert calls == again
+    assert calls[1].arguments == "{}"
+
+
+def test_reasoning_and_cost_are_reported() -> None:
+    turn = ScriptedModel([{"content": "x", "reasoning": "because", "cost": 0.25}]).complete(at(0))
+    assert (turn.reasoning, turn.cost) == ("because", 0.25)
+    assert turn.model == "scripted:inline"
+
+
+def test_past_the_end_raises_a_model_error_naming_the_turn() -> None:
+    model = ScriptedModel(SCRIPT)
+    with pytest.raises(ModelError, match=r"scripted model has no turn 2 \(script has 2\)") as err:
+        model.complete(at(2))
+    assert err.value.transient is False
+
+
+def test_assert_consumed_complains_about_unplayed_turns() -> None:
+    model = ScriptedModel([*SCRIPT, {"content": "extra"}])
+    model.complete(at(0))
+    with pytest.raises(AssertionError, match=r"2 unplayed turn\(s\) of 3: 1, 2"):
+        model.assert_consumed()
+    model.complete(at(1))
+    model.complete(at(2))
+    model.assert_consumed()
+
+
+def test_assert_consumed_accepts_a_resumed_instance_that_reached_the_end() -> None:
+    model = ScriptedModel(SCRIPT)
+    model.complete(at(1))  # steps before the resume were played by another process
+    model.assert_consumed()
+
+
+@pytest.mark.parametrize(
+    ("script", "message"),
+    [
+        ([{"content": 3}], "turn 0: content must be a string"),
+        ([{}, {"tool_call": []}], "turn 1: unknown key(s) tool_call"),
+        ([{"tool_calls": [{"arguments": {}}]}], "turn 0, tool call 0: name must be"),
+        (["done"], "turn 0 must be an object, got a string"),
+        ([{"usage": {"input_tokens": -1}}], "usage token counts"),
+        ([{"cost": "free"}], "cost must be a non-negative number"),
+    ],
+)
+def test_a_broken_script_is_refused_naming_the_turn(script: list[Any], message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        ScriptedModel(script)
+    assert message in str(err.value)
+
+
+def test_script_round_trips_through_json() -> None:
+    model = ScriptedModel(json.loads(json.dumps(SCRIPT)), spec="scripted:demo.json")
+    assert model.spec == "scripted:demo.json"
+    assert len(model) == 2
