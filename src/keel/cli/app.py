@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from keel.cli import runs, tasks
+from keel.cli import run, runs, tasks
 
 app = typer.Typer(
     name="keel",
@@ -14,6 +14,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+run.register(app)
 runs.register(app)
 tasks.register(app)
 

@@ -361,14 +361,18 @@ def _tool_started(s: RunState, d: dict[str, Any]) -> RunState:
     return replace(s, open_calls=open_calls, grants=grants)
 
 
-_OPEN_CALL_KEYS = ("call_id", "key", "tool", "arguments", "effect", "recovery")
+_OPEN_CALL_KEYS = ("call_id", "key", "tool", "arguments", "effect", "recovery", "intent")
 
 
 def _tool_finished(s: RunState, d: dict[str, Any]) -> RunState:
     changed: dict[str, str] = d.get("changed_files") or {}
     open_calls = {k: v for k, v in s.open_calls.items() if k != d.get("call_id")}
+    grants = s.grants
+    if d.get("grant"):
+        grants = {k: v for k, v in s.grants.items() if k != d["grant"]}
     return replace(
         s,
+        grants=grants,
         usage=s.usage.add(tool_calls=1),
         turn_calls=_answered(s, d.get("call_id")),
         open_calls=open_calls,

@@ -1,0 +1,238 @@
+"""`keel run`, `resume`, `approve`, `answer`, `cancel`: driving runs and deciding for them.
+
+Exit codes of run/resume (SPEC): 0 completed, 1 failed, 2 usage or config error,
+3 waiting (approval or answer needed), 4 blocked, 5 cancelled; 130 interrupted
+(the run stays resumable).
+"""
+
+from __future__ import annotations
+
+import sys
+from contextlib import nullcontext
+from pathlib import Path
+
+import typer
+
+from keel.cli.common import (
+    JsonOption,
+    StoreOption,
+    console,
+    err_console,
+    keel_errors,
+    print_json,
+    store_url,
+)
+from keel.cli.live import LiveView
+from keel.core.budget import Budget
+from keel.core.events import Event
+from keel.core.state import RunState
+from keel.core.status import RunStatus
+from keel.runtime.harness import Harness, RunOutcome
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run_command)
+    app.command("resume")(resume_command)
+    app.command("approve")(approve_command)
+    app.command("answer")(answer_command)
+    app.command("cancel")(cancel_command)
+
+
+@keel_errors
+def run_command(
+    task: str = typer.Argument(..., help="What the run should achieve."),
+    cwd: Path = typer.Option(Path("."), "--cwd", help="The workspace the tools work in."),
+    model: str | None = typer.Option(
+        None, "--model", envvar="KEEL_MODEL", help="deepseek:M, openai:M or scripted:PATH."
+    ),
+    mode: str = typer.Option("edit", "--mode", help="plan, ask, edit or auto."),
+    plan_then: str | None = typer.Option(
+        None, "--plan-then", help="Start in plan mode; after approval switch to edit or auto."
+    ),
+    max_steps: int = typer.Option(50, "--max-steps", min=1),
+    max_tool_calls: int = typer.Option(200, "--max-tool-calls", min=1),
+    max_tokens: int | None = typer.Option(None, "--max-tokens", min=1),
+    max_cost: float | None = typer.Option(None, "--max-cost", min=0.0),
+    timeout: float | None = typer.Option(None, "--timeout", min=0.0, help="Wall seconds."),
+    verify: list[str] = typer.Option([], "--verify", help="A verifier command (repeatable)."),
+    policy: Path | None = typer.Option(None, "--policy", help="A policy TOML file."),
+    approval_timeout: float | None = typer.Option(
+        None, "--approval-timeout", help="Seconds an approval may stay unanswered."
+    ),
+    key: str | None = typer.Option(None, "--key", help="Idempotency key for the run."),
+    detach: bool = typer.Option(False, "--detach", help="Only enqueue; a worker runs it."),
+    json_out: bool = JsonOption,
+    store: str | None = StoreOption,
+) -> None:
+    """Start a run and drive it; prints the run id first."""
+    mode_used = "plan" if plan_then else mode
+    budget = Budget(
+        max_steps=max_steps,
+        max_tool_calls=max_tool_calls,
+        max_tokens=max_tokens,
+        max_cost=max_cost,
+        max_wall_seconds=timeout,
+    )
+    harness = Harness(store=store_url(store), model=model)
+    state = harness.create(
+        task,
+        cwd=cwd,
+        budget=budget,
+        verify=verify,
+        mode=mode_used,
+        plan_then=plan_then,
+        approval_timeout=approval_timeout,
+        policy_file=policy,
+        idempotency_key=key,
+        queued=detach,
+    )
+    if json_out:
+        print_json({"run_id": state.run_id, "status": state.status.value})
+    else:
+        console.print(state.run_id, highlight=False)
+    if detach:
+        return
+    _drive(harness, state.run_id, json_out)
+
+
+@keel_errors
+def resume_command(
+    run_id: str = typer.Argument(...),
+    json_out: bool = JsonOption,
+    model: str | None = typer.Option(None, "--model", help="Override the run's model spec."),
+    store: str | None = StoreOption,
+) -> None:
+    """Continue a run that stopped cleanly, was interrupted, or crashed."""
+    harness = Harness(store=store_url(store), model=model)
+    _drive(harness, run_id, json_out)
+
+
+def _drive(harness: Harness, run_id: str, json_out: bool) -> None:
+    view = None if json_out else LiveView()
+
+    def on_event(event: Event, state: RunState) -> None:
+        if json_out:
+            print_json(event.to_dict())
+        elif view is not None:
+            view.on_event(event, state)
+
+    harness.on_event = on_event
+    while True:
+        try:
+            with view if view is not None else nullcontext():
+                outcome = harness.resume(run_id)
+        except KeyboardInterrupt:
+            err_console.print(f"interrupted: run {run_id} stays resumable — `keel resume {run_id}`")
+            raise typer.Exit(130) from None
+        waiting = outcome.status is RunStatus.WAITING
+        if waiting and sys.stdin.isatty() and not json_out and _decide_inline(harness, outcome):
+            continue
+        break
+    _report(outcome, json_out)
+    raise typer.Exit(outcome.exit_code)
+
+
+def _decide_inline(harness: Harness, outcome: RunOutcome) -> bool:
+    """On a terminal, offer to decide a waiting run here; True if decided."""
+    pending = outcome.state.pending
+    if pending is None:
+        return False
+    if pending.kind == "question":
+        answer = typer.prompt(f"The agent asks: {pending.question}\nanswer", default="")
+        if not answer.strip():
+            return False
+        harness.answer(outcome.id, answer)
+        return True
+    console.print(f"Approval needed: {pending.tool} {pending.arguments} (risk {pending.risk})")
+    choice = typer.prompt("approve? [y]es / [n]o / [l]ater", default="l").strip().lower()
+    if choice.startswith("y"):
+        harness.approve(outcome.id)
+        return True
+    if choice.startswith("n"):
+        reason = typer.prompt("reason for the denial")
+        harness.approve(outcome.id, deny=True, reason=reason)
+        return True
+    return False
+
+
+def _report(outcome: RunOutcome, json_out: bool) -> None:
+    state = outcome.state
+    if json_out:
+        print_json(
+            {
+                "run_id": state.run_id,
+                "status": state.status.value,
+                "reason": state.reason,
+                "evidence": outcome.evidence,
+                "result": state.result,
+            }
+        )
+        return
+    console.print()
+    line = f"run {state.run_id}: {state.status.value}"
+    if state.reason:
+        line += f" ({state.reason})"
+    console.print(line, highlight=False)
+    if state.status is RunStatus.WAITING and state.pending is not None:
+        console.print(waiting_hint(state), highlight=False)
+    for ref in outcome.evidence:
+        console.print(f"  evidence: {ref}", highlight=False)
+    unfinished = (state.result or {}).get("unfinished")
+    if unfinished:
+        console.print("  unfinished todos: " + "; ".join(unfinished), highlight=False)
+
+
+def waiting_hint(state: RunState) -> str:
+    """What a waiting run waits for, and the exact command that answers it."""
+    pending = state.pending
+    if pending is None:
+        return ""
+    rid = state.run_id
+    if pending.kind == "question":
+        return f"  question: {pending.question}\n  answer with: keel answer {rid} TEXT"
+    what = {"plan": "plan approval", "unknown_outcome": "a decision on an interrupted call"}.get(
+        pending.kind, "approval"
+    )
+    return (
+        f"  waiting for {what}: {pending.tool} {pending.arguments}\n"
+        f"  approve with: keel approve {rid}\n"
+        f"  deny with:    keel approve {rid} --deny --reason TEXT"
+    )
+
+
+@keel_errors
+def approve_command(
+    run_id: str = typer.Argument(...),
+    deny: bool = typer.Option(False, "--deny", help="Refuse instead of approving."),
+    reason: str | None = typer.Option(None, "--reason", help="Why (required with --deny)."),
+    store: str | None = StoreOption,
+) -> None:
+    """Approve (or deny) what a waiting run asked for; the run can then resume."""
+    harness = Harness(store=store_url(store))
+    state = harness.approve(run_id, deny=deny, reason=reason)
+    verb = "denied" if deny else "approved"
+    console.print(f"{verb}; run {run_id} is {state.status.value} — `keel resume {run_id}`")
+
+
+@keel_errors
+def answer_command(
+    run_id: str = typer.Argument(...),
+    text: str = typer.Argument(..., help="The answer to the run's question."),
+    store: str | None = StoreOption,
+) -> None:
+    """Answer the question a waiting run asked."""
+    harness = Harness(store=store_url(store))
+    state = harness.answer(run_id, text)
+    console.print(f"answered; run {run_id} is {state.status.value} — `keel resume {run_id}`")
+
+
+@keel_errors
+def cancel_command(
+    run_id: str = typer.Argument(...),
+    reason: str = typer.Option(..., "--reason", help="Why the run is stopped."),
+    store: str | None = StoreOption,
+) -> None:
+    """Cancel a run for good."""
+    harness = Harness(store=store_url(store))
+    state = harness.cancel(run_id, reason)
+    console.print(f"run {run_id} is {state.status.value}")

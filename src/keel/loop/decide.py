@@ -1,0 +1,640 @@
+"""The loop's decision, as pure code: run state in, next action out.
+
+Nothing here does I/O or reads a clock: the time comes in ``Situation.now``,
+tools are known through a ``ToolCatalog`` and permissions through a ``Gate``.
+The driver (``keel.loop.driver``) performs the action, stores its events and
+asks again, so every rule of the harness — budgets, no-progress, policy,
+approvals, completion by evidence — is decided here and tested without I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from keel.core.budget import Dimension
+from keel.core.errors import ToolError
+from keel.core.events import EventType, NewEvent
+from keel.core.state import RunState, Todo, ValidationRecord, transition
+from keel.core.status import RunStatus
+from keel.loop.actions import (
+    Action,
+    CallModel,
+    Commit,
+    Halt,
+    ReconcileCall,
+    RunTool,
+    RunVerifiers,
+)
+from keel.models.base import ModelTurn
+from keel.policy.approvals import approval_digest, expires_at, is_expired, risk_of
+from keel.policy.modes import Mode
+
+NO_PROGRESS_REPEATS = 3  # same call or same error this many times running
+NO_PROGRESS_GRACE_STEPS = 2  # model turns allowed after the replan note
+CONVERGE_NOTE = (
+    "Budget warning: {dims} at or past 80 % of the limit. Converge now: finish the most "
+    "important remaining todo, then request completion."
+)
+REPLAN_NOTE = (
+    "No progress: {what}. Stop repeating it. Re-read the goal and the last results, "
+    "write a different plan with todo_write, and take a different next step."
+)
+CONTROL_TOOLS = frozenset({"request_completion", "ask_user", "plan_write", "plan_exit"})
+SIDE_EFFECTS = frozenset({"write", "execute", "external"})
+
+
+class ToolInfo(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def effect(self) -> str: ...
+    @property
+    def recovery(self) -> str: ...
+
+
+class ToolCatalog(Protocol):
+    """What the decision needs to know of the tools: their kind, and argument checks."""
+
+    def describe(self, name: str) -> ToolInfo:
+        """The tool named ``name``; ToolError naming the available tools if unknown."""
+        ...
+
+    def validate(self, name: str, raw: str | dict[str, Any]) -> dict[str, Any]:
+        """Validated arguments; ToolError (precise, for the model) if they are wrong."""
+        ...
+
+
+class Verdict(Protocol):
+    @property
+    def action(self) -> str: ...  # "allow" | "ask" | "deny"
+    @property
+    def rule(self) -> str: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def permanent(self) -> bool: ...
+
+
+class Gate(Protocol):
+    """The permission policy."""
+
+    def decide(
+        self, tool: str, effect: str, arguments: dict[str, Any], *, mode: Mode, workspace: Path
+    ) -> Verdict: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Situation:
+    """Everything besides the run state that a decision depends on."""
+
+    catalog: ToolCatalog
+    gate: Gate
+    workspace: Path
+    now: datetime
+    approval_ttl_s: float = 24 * 3600.0
+
+
+# --- the decision ------------------------------------------------------------------------
+
+
+def decide(state: RunState, sit: Situation) -> Action:
+    """The next thing to do for ``state``. Pure: same input, same action."""
+    status = state.status
+    if status.terminal:
+        return Halt(status=status)
+    if status in (RunStatus.QUEUED, RunStatus.PAUSED):
+        return Commit(events=(transition(state, RunStatus.RUNNING, None),))
+    if status is RunStatus.WAITING:
+        return _decide_waiting(state, sit)
+    if status is RunStatus.VERIFYING:
+        return RunVerifiers(commands=state.options.verify)
+    # running
+    if state.open_calls:
+        return _reconcile(state, sit, next(iter(state.open_calls.values())))
+    exhausted = _exhausted(state)
+    if exhausted is not None:
+        return exhausted
+    if state.turn_calls:
+        return _dispatch_next(state, sit)
+    return _before_model(state)
+
+
+def _decide_waiting(state: RunState, sit: Situation) -> Action:
+    pending = state.pending
+    if pending is not None and pending.expires_at and is_expired(pending.expires_at, sit.now):
+        return Commit(
+            events=(
+                transition(
+                    state,
+                    RunStatus.FAILED,
+                    "approval_timeout",
+                    result={"unfinished": state.unfinished_todos(), "expired": pending.to_dict()},
+                ),
+            )
+        )
+    return Halt(status=RunStatus.WAITING)
+
+
+def _exhausted(state: RunState) -> Commit | None:
+    budget = state.options.budget
+    dim = budget.exhausted(state.usage)
+    if dim is None:
+        return None
+    used = state.usage.used(dim)
+    return Commit(
+        events=(
+            NewEvent(
+                type=EventType.BUDGET_EXHAUSTED,
+                data={"dimension": dim.value, "used": used, "limit": budget.limit(dim)},
+            ),
+            transition(
+                state,
+                RunStatus.FAILED,
+                f"budget_exhausted:{dim.value}",
+                result={"unfinished": state.unfinished_todos(), "usage": state.usage.to_dict()},
+            ),
+        )
+    )
+
+
+def _before_model(state: RunState) -> Action:
+    budget = state.options.budget
+    fresh = [d for d in budget.warnings(state.usage) if d.value not in state.warned]
+    if fresh:
+        events = [
+            NewEvent(
+                type=EventType.BUDGET_WARNING,
+                data={
+                    "dimension": d.value,
+                    "used": state.usage.used(d),
+                    "limit": budget.limit(d),
+                },
+            )
+            for d in fresh
+        ]
+        dims = ", ".join(_dimension_label(d) for d in fresh)
+        events.append(_note(CONVERGE_NOTE.format(dims=dims)))
+        return Commit(events=tuple(events))
+    repeated = _repetition(state)
+    if repeated is not None:
+        if state.no_progress_step is None:
+            return Commit(
+                events=(
+                    NewEvent(
+                        type=EventType.NO_PROGRESS_DETECTED,
+                        data={"what": repeated, "step": state.usage.steps},
+                    ),
+                    _note(REPLAN_NOTE.format(what=repeated)),
+                )
+            )
+        if state.usage.steps >= state.no_progress_step + NO_PROGRESS_GRACE_STEPS:
+            return Commit(
+                events=(
+                    transition(
+                        state,
+                        RunStatus.FAILED,
+                        "no_progress",
+                        result={"unfinished": state.unfinished_todos(), "repeated": repeated},
+                    ),
+                )
+            )
+    return CallModel(step=state.usage.steps)
+
+
+def _dimension_label(dim: Dimension) -> str:
+    return dim.value.replace("_", " ")
+
+
+def _repetition(state: RunState) -> str | None:
+    """What the run keeps repeating, if the last calls or errors are all the same."""
+    calls = state.recent_calls
+    if len(calls) >= NO_PROGRESS_REPEATS and len(set(calls[-NO_PROGRESS_REPEATS:])) == 1:
+        return f"the same call {calls[-1][:200]} {NO_PROGRESS_REPEATS} times running"
+    errors = state.recent_errors
+    if (
+        len(errors) >= NO_PROGRESS_REPEATS
+        and errors[-1]
+        and len(set(errors[-NO_PROGRESS_REPEATS:])) == 1
+    ):
+        return f"the same error {NO_PROGRESS_REPEATS} times running: {errors[-1][:200]}"
+    return None
+
+
+# --- one tool call -----------------------------------------------------------------------
+
+
+def _next_call(state: RunState) -> dict[str, Any]:
+    """Calls run in the model's order, except that completion waits for the others."""
+    for call in state.turn_calls:
+        if call["name"] != "request_completion":
+            return call
+    return state.turn_calls[0]
+
+
+def _dispatch_next(state: RunState, sit: Situation) -> Action:
+    names = {c["name"] for c in state.turn_calls}
+    if "ask_user" in names and len(state.turn_calls) > 1:
+        mixed = _mixed_with_question(state, sit)
+        if mixed is not None:
+            return mixed
+    call = _next_call(state)
+    call_id, name, raw = call["id"], call["name"], call["arguments"]
+    try:
+        info = sit.catalog.describe(name)
+    except ToolError as exc:
+        return Commit(events=(_failed(call_id, name, _loose(raw), "unknown_tool", str(exc)),))
+    try:
+        args = sit.catalog.validate(name, raw)
+    except ToolError as exc:
+        return Commit(events=(_failed(call_id, name, _loose(raw), "invalid_arguments", str(exc)),))
+
+    mode = Mode(state.mode)
+    verdict = sit.gate.decide(name, info.effect, args, mode=mode, workspace=sit.workspace)
+    if verdict.action == "deny":
+        message = f"policy_denied: {verdict.reason} (rule: {verdict.rule})"
+        events = [_failed(call_id, name, args, "policy_denied", message)]
+        if verdict.permanent and state.recent_errors[-2:] == (message, message):
+            events.append(
+                transition(
+                    state,
+                    RunStatus.BLOCKED,
+                    f"policy forbids {name}: {verdict.reason} (rule: {verdict.rule})",
+                    result={"unfinished": state.unfinished_todos()},
+                )
+            )
+        return Commit(events=tuple(events))
+
+    digest = approval_digest(name, args, str(sit.workspace))
+    if name == "plan_exit":
+        return _plan_exit(state, sit, call_id, args, digest)
+    if verdict.action == "ask" and digest not in state.grants:
+        return _ask_approval(state, sit, call_id, name, info.effect, args, digest, verdict.reason)
+
+    grant = digest if digest in state.grants else None
+    if name in CONTROL_TOOLS:
+        return Commit(events=_control(state, call_id, name, args))
+    return RunTool(
+        call_id=call_id,
+        tool=name,
+        arguments=args,
+        effect=info.effect,
+        recovery=info.recovery,
+        grant=grant,
+    )
+
+
+def _mixed_with_question(state: RunState, sit: Situation) -> Commit | None:
+    side_effecting = []
+    for call in state.turn_calls:
+        try:
+            effect = sit.catalog.describe(call["name"]).effect
+        except ToolError:
+            continue
+        if effect in SIDE_EFFECTS:
+            side_effecting.append(call["name"])
+    if not side_effecting:
+        return None
+    message = (
+        "invalid model output: ask_user cannot share a turn with side-effecting calls "
+        f"({', '.join(sorted(set(side_effecting)))}); ask alone, then act on the answer"
+    )
+    return Commit(
+        events=tuple(
+            _failed(c["id"], c["name"], _loose(c["arguments"]), "invalid_turn", message)
+            for c in state.turn_calls
+        )
+    )
+
+
+def _ask_approval(
+    state: RunState,
+    sit: Situation,
+    call_id: str,
+    name: str,
+    effect: str,
+    args: dict[str, Any],
+    digest: str,
+    why: str,
+) -> Commit:
+    expires = _expiry(state, sit)
+    return Commit(
+        events=(
+            NewEvent(
+                type=EventType.APPROVAL_REQUESTED,
+                data={
+                    "kind": "approval",
+                    "call_id": call_id,
+                    "tool": name,
+                    "arguments": args,
+                    "digest": digest,
+                    "risk": risk_of(effect, name, args),
+                    "why": why,
+                    "expires_at": expires,
+                },
+            ),
+            transition(state, RunStatus.WAITING, f"approval:{call_id} {name}"),
+        )
+    )
+
+
+def _expiry(state: RunState, sit: Situation) -> str:
+    ttl = state.options.approval_timeout_s or sit.approval_ttl_s
+    return expires_at(sit.now, ttl)
+
+
+def _plan_exit(
+    state: RunState, sit: Situation, call_id: str, args: dict[str, Any], digest: str
+) -> Commit:
+    if state.mode != Mode.PLAN.value:
+        return Commit(
+            events=(
+                _failed(call_id, "plan_exit", args, "invalid_call", "plan_exit: not in plan mode"),
+            )
+        )
+    if digest in state.grants:  # the reviewer approved this plan
+        follow_on = state.options.plan_then or Mode.EDIT.value
+        todos = plan_todos(state.plan or "")
+        return Commit(
+            events=(
+                NewEvent(
+                    type=EventType.MODE_CHANGED,
+                    data={"from": state.mode, "to": follow_on, "reason": "plan approved"},
+                ),
+                NewEvent(
+                    type=EventType.TODO_UPDATED,
+                    data={"todos": [t.to_dict() for t in todos], "source": "plan"},
+                ),
+                NewEvent(
+                    type=EventType.TOOL_FINISHED,
+                    data={
+                        "call_id": call_id,
+                        "tool": "plan_exit",
+                        "arguments": args,
+                        "grant": digest,
+                        "output": f"plan approved; you are now in {follow_on} mode. "
+                        "The todos were seeded from the plan.",
+                    },
+                ),
+            )
+        )
+    if not state.plan:
+        return Commit(
+            events=(
+                _failed(
+                    call_id,
+                    "plan_exit",
+                    args,
+                    "invalid_call",
+                    "plan_exit: write the plan with plan_write first",
+                ),
+            )
+        )
+    return Commit(
+        events=(
+            NewEvent(
+                type=EventType.APPROVAL_REQUESTED,
+                data={
+                    "kind": "plan",
+                    "call_id": call_id,
+                    "tool": "plan_exit",
+                    "arguments": {"summary": args.get("summary", ""), "plan": state.plan},
+                    "digest": digest,
+                    "risk": "medium",
+                    "why": "leaving plan mode needs the plan approved",
+                    "expires_at": _expiry(state, sit),
+                },
+            ),
+            transition(state, RunStatus.WAITING, f"plan_approval:{call_id}"),
+        )
+    )
+
+
+def _control(
+    state: RunState, call_id: str, name: str, args: dict[str, Any]
+) -> tuple[NewEvent, ...]:
+    if name == "request_completion":
+        summary = str(args.get("summary", ""))
+        return (
+            _finished(call_id, name, args, "completion requested: the harness runs the verifiers"),
+            transition(
+                state, RunStatus.VERIFYING, "completion requested", result={"summary": summary}
+            ),
+        )
+    if name == "ask_user":
+        question = str(args["question"])
+        return (
+            NewEvent(
+                type=EventType.INPUT_REQUESTED, data={"call_id": call_id, "question": question}
+            ),
+            transition(state, RunStatus.WAITING, f"question:{call_id}"),
+        )
+    if name == "plan_write":
+        return (
+            NewEvent(type=EventType.PLAN_WRITTEN, data={"content": args["content"]}),
+            _finished(call_id, name, args, "plan saved (mirrored to plans/PLAN.md)"),
+        )
+    raise AssertionError(f"not a control tool: {name}")
+
+
+def plan_todos(plan: str) -> list[Todo]:
+    """Todos seeded from a plan: its list items (``-``, ``*``, ``1.``) in order."""
+    todos = []
+    for line in plan.splitlines():
+        text = line.strip()
+        for marker in ("- [ ] ", "- ", "* "):
+            if text.startswith(marker):
+                text = text[len(marker) :]
+                break
+        else:
+            head, dot, rest = text.partition(". ")
+            if not (dot and head.isdigit()):
+                continue
+            text = rest
+        if text.strip():
+            todos.append(Todo(content=text.strip(), status="pending"))
+    return todos or [Todo(content="carry out the approved plan", status="pending")]
+
+
+# --- recovery of a call that started but never finished ---------------------------------
+
+
+def _reconcile(state: RunState, sit: Situation, call: dict[str, Any]) -> Action:
+    call_id, name = str(call["call_id"]), str(call["tool"])
+    args: dict[str, Any] = call.get("arguments") or {}
+    recovery = call.get("recovery") or "manual"
+    if recovery in ("replay_safe", "idempotent"):
+        return RunTool(
+            call_id=call_id,
+            tool=name,
+            arguments=args,
+            effect=str(call.get("effect") or "execute"),
+            recovery=recovery,
+            record_start=False,
+        )
+    if recovery == "verify_then_continue":
+        return ReconcileCall(
+            call_id=call_id, tool=name, arguments=args, intent=dict(call.get("intent") or {})
+        )
+    digest = approval_digest(name, args, str(sit.workspace))
+    if digest in state.grants:  # a person said: run it again
+        return RunTool(
+            call_id=call_id,
+            tool=name,
+            arguments=args,
+            effect=str(call.get("effect") or "execute"),
+            recovery=recovery,
+            grant=digest,
+            record_start=True,
+        )
+    return Commit(
+        events=(
+            NewEvent(
+                type=EventType.APPROVAL_REQUESTED,
+                data={
+                    "kind": "unknown_outcome",
+                    "call_id": call_id,
+                    "tool": name,
+                    "arguments": args,
+                    "digest": digest,
+                    "risk": "high",
+                    "why": "the process stopped while this call ran; it may or may not have "
+                    "taken effect. Approve to run it again once, or deny to record it as not done.",
+                    "expires_at": None,
+                },
+            ),
+            transition(state, RunStatus.WAITING, f"unknown_outcome:{call_id}"),
+        )
+    )
+
+
+# --- interpreting a model turn and a verification ----------------------------------------
+
+
+def after_model(state: RunState, turn: ModelTurn, *, elapsed_s: float) -> tuple[NewEvent, ...]:
+    """The events that record a model turn: the turn itself, and what it implies."""
+    calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in turn.tool_calls]
+    responded = NewEvent(
+        type=EventType.MODEL_RESPONDED,
+        data={
+            "step": state.usage.steps + 1,
+            "model": turn.model,
+            "content": turn.content,
+            "reasoning": turn.reasoning,
+            "tool_calls": calls,
+            "usage": {
+                "input_tokens": turn.usage.input_tokens,
+                "output_tokens": turn.usage.output_tokens,
+            },
+            "cost": turn.cost,
+            "elapsed_s": elapsed_s,
+        },
+    )
+    if calls:
+        return (responded,)
+    if turn.content and turn.content.strip():
+        # A final answer is a request for completion; the harness verifies it.
+        return (
+            responded,
+            transition(
+                state,
+                RunStatus.VERIFYING,
+                "final answer given",
+                result={"summary": turn.content.strip()},
+            ),
+        )
+    return (
+        responded,
+        _note("Your last reply was empty. Call a tool, or give your final answer."),
+    )
+
+
+def after_verification(
+    state: RunState, records: list[ValidationRecord], *, elapsed_s: float
+) -> tuple[NewEvent, ...]:
+    """Completion only on evidence: every required verifier passed at this revision."""
+    checked = replace(state, validations=(*state.validations, *records))
+    gaps = checked.verification_gaps()
+    data = {"records": [r.to_dict() for r in records], "elapsed_s": elapsed_s}
+    summary = (state.result or {}).get("summary", "")
+    if not gaps:
+        evidence = [f"artifact:{r.artifact}" for r in records if r.artifact]
+        if not state.options.verify:
+            evidence_note = "no verifier was configured: completion rests on the model's word"
+        else:
+            evidence_note = (
+                f"{len(records)} verifier(s) passed at mutation revision {state.mutation_revision}"
+            )
+        return (
+            NewEvent(type=EventType.VERIFICATION_PASSED, data={**data, "note": evidence_note}),
+            transition(
+                checked,
+                RunStatus.COMPLETED,
+                "verified" if state.options.verify else "completed without verifiers",
+                result={
+                    "summary": summary,
+                    "evidence": evidence,
+                    "evidence_note": evidence_note,
+                    "mutation_revision": state.mutation_revision,
+                    "changed_files": dict(state.changed_files),
+                },
+            ),
+        )
+    note = "Verification failed; the run is not complete. Gaps:\n" + "\n".join(
+        f"- {g}" for g in gaps
+    )
+    return (
+        NewEvent(type=EventType.VERIFICATION_FAILED, data={**data, "gaps": gaps}),
+        _note(note),
+        transition(checked, RunStatus.RUNNING, None),
+    )
+
+
+# --- small event builders ------------------------------------------------------------------
+
+
+def _note(text: str) -> NewEvent:
+    return NewEvent(type=EventType.NOTE_ADDED, data={"text": text})
+
+
+def _failed(call_id: str, tool: str, arguments: Any, kind: str, message: str) -> NewEvent:
+    return NewEvent(
+        type=EventType.TOOL_FAILED,
+        data={
+            "call_id": call_id,
+            "tool": tool,
+            "arguments": arguments,
+            "error_kind": kind,
+            "message": message,
+        },
+    )
+
+
+def _finished(call_id: str, tool: str, arguments: Any, output: str) -> NewEvent:
+    return NewEvent(
+        type=EventType.TOOL_FINISHED,
+        data={"call_id": call_id, "tool": tool, "arguments": arguments, "output": output},
+    )
+
+
+def _loose(raw: Any) -> Any:
+    """Arguments as well as they parse, for the record (malformed text stays text)."""
+    if isinstance(raw, str):
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw
+    return raw
+
+
+__all__ = [
+    "Gate",
+    "Situation",
+    "ToolCatalog",
+    "after_model",
+    "after_verification",
+    "decide",
+]

@@ -1,0 +1,455 @@
+"""The loop's thin I/O shell: perform what ``decide`` asks, record it, ask again.
+
+Guarantees:
+- every step's events are committed before the next decision is taken, so a
+  process can die anywhere and a new one continues from the store alone;
+- a side-effecting call is committed as ``tool_started`` (idempotency key
+  ``<run_id>:<call_id>``, exact arguments, intended file hashes) before it runs,
+  and ``tool_finished``/``tool_failed`` after, so a resume never repeats it blindly;
+- every write carries the run's lease token: once another process took the
+  run over, this one's writes are refused (``LeaseLost``) and it stops.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from keel.core.errors import ConcurrentUpdate, InvalidTransition, LeaseLost, ModelError, ToolError
+from keel.core.events import Event, EventType, NewEvent
+from keel.core.redact import Redactor
+from keel.core.state import RunState, ValidationRecord, transition
+from keel.core.status import RunStatus
+from keel.loop.actions import CallModel, Commit, Halt, ReconcileCall, RunTool, RunVerifiers
+from keel.loop.catalog import RegistryCatalog
+from keel.loop.decide import Gate, Situation, after_model, after_verification, decide
+from keel.loop.faults import fault_point
+from keel.loop.fingerprint import changed_since, fingerprint
+from keel.loop.prepare import build_messages
+from keel.loop.transcript import Transcript
+from keel.models.base import Model, ModelRequest, RetryNotice, ToolSpec
+from keel.store.base import Store, iter_all_events
+from keel.tools.base import Effect, ToolContext, ToolResult
+from keel.tools.registry import ToolRegistry
+
+SIDE_EFFECTS = frozenset({Effect.WRITE.value, Effect.EXECUTE.value, Effect.EXTERNAL.value})
+MAX_EVENT_OUTPUT = 64_000  # characters of a tool's output kept inline in its event
+VERIFIER_TIMEOUT_S = 900.0
+VERIFIER_OUTPUT_CAP = 2_000_000
+
+EventSink = Callable[[Event, RunState], None]
+
+
+@dataclass(slots=True, kw_only=True)
+class LeaseGuard:
+    """The run's lease as the driver sees it; a heartbeat thread may flag it lost."""
+
+    token: str | None = None
+    lost: str | None = None  # why, once the heartbeat failed
+
+    def check(self, run_id: str) -> None:
+        if self.lost is not None:
+            raise LeaseLost(run_id, self.lost)
+
+
+@dataclass(slots=True, kw_only=True)
+class Driver:
+    """Drives one run until it waits, finishes, or loses its lease."""
+
+    store: Store
+    model: Model
+    registry: ToolRegistry
+    gate: Gate
+    state: RunState
+    owner: str  # the run's identity, used by task tools
+    lease: LeaseGuard = field(default_factory=LeaseGuard)
+    on_event: EventSink | None = None
+    redactor: Redactor = field(default_factory=Redactor.from_environment)
+    verifier_timeout_s: float = VERIFIER_TIMEOUT_S
+    transcript: Transcript = field(init=False)
+    workspace: Path = field(init=False)
+    _catalog: RegistryCatalog = field(init=False)
+    _specs: tuple[ToolSpec, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.workspace = Path(self.state.workspace).resolve()
+        self.transcript = Transcript(iter_all_events(self.store, self.state.run_id))
+        self._catalog = RegistryCatalog(self.registry)
+        self._specs = tuple(
+            ToolSpec(name=s["name"], description=s["description"], parameters=s["parameters"])
+            for s in self.registry.specs()
+        )
+
+    @property
+    def run_id(self) -> str:
+        return self.state.run_id
+
+    # --- the loop ------------------------------------------------------------------------
+
+    def drive(self) -> RunState:
+        """Perform actions until the run halts; returns the final state."""
+        while True:
+            self.lease.check(self.run_id)
+            action = decide(self.state, self._situation())
+            if isinstance(action, Halt):
+                return self.state
+            if isinstance(action, Commit):
+                self.commit(action.events)
+            elif isinstance(action, CallModel):
+                self._call_model(action)
+            elif isinstance(action, RunTool):
+                self._run_tool(action)
+            elif isinstance(action, ReconcileCall):
+                self._reconcile(action)
+            else:
+                self._verify(action)
+
+    def _situation(self) -> Situation:
+        return Situation(
+            catalog=self._catalog,
+            gate=self.gate,
+            workspace=self.workspace,
+            now=datetime.now(UTC),
+        )
+
+    # --- recording -----------------------------------------------------------------------
+
+    def commit(self, events: Sequence[NewEvent]) -> None:
+        """Store ``events`` as one step, fold them in, and tell the observer."""
+        clean = [NewEvent(type=e.type, data=self.redactor.scrub(e.data)) for e in events]
+        try:
+            state, stored = self.store.append_events(
+                self.run_id, clean, expected_seq=self.state.last_seq, lease_token=self.lease.token
+            )
+        except ConcurrentUpdate:
+            # Someone else (approve, answer, cancel) wrote in between: catch up, then
+            # store ours if the run still allows them; otherwise decide afresh.
+            self.refresh()
+            try:
+                state, stored = self.store.append_events(
+                    self.run_id,
+                    clean,
+                    expected_seq=self.state.last_seq,
+                    lease_token=self.lease.token,
+                )
+            except InvalidTransition:
+                return
+        self._absorb(state, stored)
+
+    def refresh(self) -> None:
+        """Catch up with events other processes stored."""
+        for event in self.store.read_events(self.run_id, after=self.state.last_seq):
+            self._absorb(self.state.apply(event), [event])
+
+    def _absorb(self, state: RunState, stored: list[Event]) -> None:
+        self.state = state
+        for event in stored:
+            self.transcript.apply(event)
+            if event.type is EventType.PLAN_WRITTEN:
+                self._mirror_plan(str(event.data.get("content", "")))
+            if self.on_event is not None:
+                self.on_event(event, state)
+
+    def _mirror_plan(self, content: str) -> None:
+        plans = self.workspace / "plans"
+        plans.mkdir(exist_ok=True)
+        (plans / "PLAN.md").write_text(content, encoding="utf-8")
+
+    # --- model ---------------------------------------------------------------------------
+
+    def _call_model(self, action: CallModel) -> None:
+        request = ModelRequest(
+            messages=build_messages(self.state, self.transcript),
+            tools=self._specs,
+            step=action.step,
+            on_retry=self._record_retry,
+        )
+        started = time.monotonic()
+        try:
+            turn = self.model.complete(request)
+        except ModelError as exc:
+            self.commit(
+                [
+                    transition(
+                        self.state,
+                        RunStatus.FAILED,
+                        f"model_error: {exc}",
+                        result={"unfinished": self.state.unfinished_todos()},
+                    )
+                ]
+            )
+            return
+        elapsed = time.monotonic() - started
+        fault_point("mid_model_step")
+        requested = NewEvent(
+            type=EventType.MODEL_REQUESTED,
+            data={
+                "step": action.step + 1,
+                "model": self.model.spec,
+                "messages": len(request.messages),
+            },
+        )
+        self.commit([requested, *after_model(self.state, turn, elapsed_s=elapsed)])
+
+    def _record_retry(self, notice: RetryNotice) -> None:
+        self.commit(
+            [
+                NewEvent(
+                    type=EventType.RETRY_SCHEDULED,
+                    data={
+                        "attempt": notice.attempt,
+                        "wait_seconds": notice.wait_seconds,
+                        "error": notice.error,
+                        "status_code": notice.status_code,
+                    },
+                )
+            ]
+        )
+
+    # --- tools ---------------------------------------------------------------------------
+
+    def _context(self, call_id: str) -> ToolContext:
+        return ToolContext(
+            workspace=self.workspace,
+            run_id=self.run_id,
+            call_id=call_id,
+            owner=self.owner,
+            store=self.store,
+            state=self.state,
+        )
+
+    def _run_tool(self, action: RunTool) -> None:
+        tool = self.registry.get(action.tool)
+        ctx = self._context(action.call_id)
+        args = tool.parse_arguments(action.arguments)
+        if action.effect in SIDE_EFFECTS:
+            if action.record_start:
+                self.commit(
+                    [
+                        NewEvent(
+                            type=EventType.TOOL_STARTED,
+                            data={
+                                "call_id": action.call_id,
+                                "key": f"{self.run_id}:{action.call_id}",
+                                "tool": action.tool,
+                                "arguments": action.arguments,
+                                "effect": action.effect,
+                                "recovery": action.recovery,
+                                "intent": tool.intent(ctx, args),
+                                "grant": action.grant,
+                            },
+                        )
+                    ]
+                )
+                fault_point("after_tool_started")
+            else:
+                self.commit([_reconciled(action.call_id, "rerun", "replaying the call")])
+        self._execute(action, args)
+
+    def _execute(self, action: RunTool, args: Any) -> None:
+        tool = self.registry.get(action.tool)
+        ctx = self._context(action.call_id)
+        before = fingerprint(self.workspace) if action.effect == Effect.EXECUTE.value else None
+        started = time.monotonic()
+        try:
+            result = tool.run(ctx, args)
+        except ToolError as exc:
+            fault_point("after_effect")
+            self._failed(action, "tool_error", str(exc), started, before)
+            return
+        except Exception as exc:  # a tool bug is the model's observation, not a crash
+            fault_point("after_effect")
+            self._failed(action, "tool_exception", f"{type(exc).__name__}: {exc}", started, before)
+            return
+        fault_point("after_effect")
+        changed = dict(result.changed_files)
+        if before is not None:
+            changed.update(changed_since(self.workspace, before))
+        events = [
+            NewEvent(
+                type=EventType.TOOL_FINISHED,
+                data={
+                    "call_id": action.call_id,
+                    "tool": action.tool,
+                    "arguments": action.arguments,
+                    "output": self._inline_output(action.call_id, result),
+                    "changed_files": changed,
+                    "grant": action.grant,
+                    "elapsed_s": time.monotonic() - started,
+                },
+            )
+        ]
+        if "todos" in result.data:
+            events.append(
+                NewEvent(type=EventType.TODO_UPDATED, data={"todos": result.data["todos"]})
+            )
+        self.commit(events)
+        fault_point("after_tool_finished")
+
+    def _failed(
+        self,
+        action: RunTool,
+        kind: str,
+        message: str,
+        started: float,
+        before: dict[str, tuple[int, int]] | None,
+    ) -> None:
+        changed = changed_since(self.workspace, before) if before is not None else {}
+        self.commit(
+            [
+                NewEvent(
+                    type=EventType.TOOL_FAILED,
+                    data={
+                        "call_id": action.call_id,
+                        "tool": action.tool,
+                        "arguments": action.arguments,
+                        "error_kind": kind,
+                        "message": message,
+                        "changed_files": changed,
+                        "grant": action.grant,
+                        "elapsed_s": time.monotonic() - started,
+                    },
+                )
+            ]
+        )
+
+    def _inline_output(self, call_id: str, result: ToolResult) -> str:
+        if len(result.output) <= MAX_EVENT_OUTPUT:
+            return result.output
+        artifact = self.store.put_artifact(
+            self.run_id, f"output-{call_id}.txt", result.output.encode("utf-8", "replace")
+        )
+        return (
+            result.output[:MAX_EVENT_OUTPUT]
+            + f"\n[output truncated here: full text in artifact:{artifact.id}]"
+        )
+
+    def _reconcile(self, action: ReconcileCall) -> None:
+        tool = self.registry.get(action.tool)
+        ctx = self._context(action.call_id)
+        if action.intent and tool.effect_happened(ctx, action.intent):
+            self.commit(
+                [
+                    _reconciled(action.call_id, "done", "file hashes match the intended change"),
+                    NewEvent(
+                        type=EventType.TOOL_FINISHED,
+                        data={
+                            "call_id": action.call_id,
+                            "tool": action.tool,
+                            "arguments": action.arguments,
+                            "output": "done (the change was made before the interruption; "
+                            "verified by file hash)",
+                            "changed_files": dict(action.intent),
+                        },
+                    ),
+                ]
+            )
+            return
+        self.commit([_reconciled(action.call_id, "rerun", "the change is not there yet")])
+        run = RunTool(
+            call_id=action.call_id,
+            tool=action.tool,
+            arguments=action.arguments,
+            effect=tool.effect.value,
+            recovery=tool.recovery.value,
+            record_start=False,
+        )
+        self._execute(run, tool.parse_arguments(action.arguments))
+
+    # --- verification --------------------------------------------------------------------
+
+    def _verify(self, action: RunVerifiers) -> None:
+        revision = self.state.mutation_revision
+        self.commit(
+            [
+                NewEvent(
+                    type=EventType.VERIFICATION_STARTED,
+                    data={"commands": list(action.commands), "mutation_revision": revision},
+                )
+            ]
+        )
+        started = time.monotonic()
+        records = []
+        for index, command in enumerate(action.commands):
+            records.append(self._run_verifier(index, command))
+            fault_point("during_verification")
+        diff = _workspace_diff(self.workspace)
+        if diff:
+            self.store.put_artifact(self.run_id, "diff.patch", diff.encode("utf-8", "replace"))
+        self.commit(after_verification(self.state, records, elapsed_s=time.monotonic() - started))
+
+    def _run_verifier(self, index: int, command: str) -> ValidationRecord:
+        started = time.monotonic()
+        env = self.redactor.child_environment()
+        try:
+            proc = subprocess.run(
+                command,
+                shell=True,  # the user's own command line, never the model's
+                cwd=self.workspace,
+                capture_output=True,
+                timeout=self.verifier_timeout_s,
+                env=env,
+                check=False,
+            )
+            code = proc.returncode
+            output = proc.stdout + proc.stderr
+        except subprocess.TimeoutExpired as exc:
+            code = 124
+            output = (exc.stdout or b"") + (exc.stderr or b"")
+            output += f"\n[verifier timed out after {self.verifier_timeout_s:.0f} s]".encode()
+        text = self.redactor.scrub_text(output[-VERIFIER_OUTPUT_CAP:].decode("utf-8", "replace"))
+        header = f"$ {command}\n[exit code {code}]\n"
+        artifact = self.store.put_artifact(
+            self.run_id, f"verify-{index + 1}.log", (header + text).encode("utf-8")
+        )
+        return ValidationRecord(
+            command=command,
+            exit_code=code,
+            duration_s=round(time.monotonic() - started, 3),
+            artifact=artifact.id,
+            mutation_revision=self.state.mutation_revision,
+            file_hashes=dict(self.state.changed_files),
+            passed=code == 0,
+        )
+
+
+def _reconciled(call_id: str, outcome: str, detail: str) -> NewEvent:
+    return NewEvent(
+        type=EventType.CALL_RECONCILED,
+        data={"call_id": call_id, "outcome": outcome, "detail": detail},
+    )
+
+
+def _workspace_diff(workspace: Path) -> str:
+    """``git diff`` of the workspace when it is a git work tree (evidence of the change)."""
+    if not (workspace / ".git").exists():
+        return ""
+    env = {**os.environ, "GIT_PAGER": "cat"}
+    try:
+        proc = subprocess.run(
+            ["git", "diff", "HEAD", "--no-color"],
+            cwd=workspace,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+            check=False,
+        )
+        untracked = subprocess.run(
+            ["git", "ls-files", "--others", "--exclude-standard"],
+            cwd=workspace,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    extra = "".join(f"new file: {line}\n" for line in untracked.stdout.splitlines())
+    return proc.stdout + extra

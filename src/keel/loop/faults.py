@@ -1,0 +1,40 @@
+"""Named fault points that tests arm to kill the process at an exact moment.
+
+``KEEL_FAULT=after_tool_started`` (optionally ``name:N`` for the N-th time the
+point is reached) makes the process SIGKILL itself there: no cleanup, no
+flush, exactly like a crash. Unarmed, a fault point costs one dict lookup.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+POINTS = frozenset(
+    {
+        "after_tool_started",  # tool_started committed, effect not yet performed
+        "after_effect",  # effect performed, tool_finished not yet committed
+        "after_tool_finished",  # tool_finished committed
+        "mid_model_step",  # model answered, its turn not yet committed
+        "during_verification",  # a verifier ran, the verdict not yet committed
+    }
+)
+
+_hits: dict[str, int] = {}
+
+
+def _armed() -> tuple[str, int] | None:
+    spec = os.environ.get("KEEL_FAULT")
+    if not spec:
+        return None
+    name, _, count = spec.partition(":")
+    return name, int(count or "1")
+
+
+def fault_point(name: str) -> None:
+    armed = _armed()
+    if armed is None or armed[0] != name:
+        return
+    _hits[name] = _hits.get(name, 0) + 1
+    if _hits[name] == armed[1]:
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,80 @@
+"""The conversation, derived from the event log (pure).
+
+The model's view is never kept only in memory: ``Transcript`` folds the same
+events the store holds, so a resumed run shows the model exactly what the
+original process would have. It keeps a bounded tail, so building a view costs
+the same at step 10 and at step 10 000.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import Iterable
+from typing import Any
+
+from keel.core.events import Event, EventType
+from keel.models.base import Message, ToolCall
+
+KEPT_MESSAGES = 400  # how much conversation is kept in memory
+VIEW_MESSAGES = 60  # how much of it the model sees each turn
+MAX_TOOL_TEXT = 12_000  # characters of one tool result shown to the model
+
+
+class Transcript:
+    """Messages after the goal, in order; apply events as they are stored."""
+
+    def __init__(self, events: Iterable[Event] = ()) -> None:
+        self.messages: deque[Message] = deque(maxlen=KEPT_MESSAGES)
+        self.dropped = 0
+        for event in events:
+            self.apply(event)
+
+    def apply(self, event: Event) -> None:
+        message = _message_for(event.type, event.data)
+        if message is None:
+            return
+        if len(self.messages) == self.messages.maxlen:
+            self.dropped += 1
+        self.messages.append(message)
+
+    def view(self, limit: int = VIEW_MESSAGES) -> list[Message]:
+        """The latest ``limit`` messages, never starting with an orphaned tool result."""
+        tail = list(self.messages)[-limit:]
+        while tail and tail[0].role == "tool":
+            tail.pop(0)
+        return tail
+
+
+def _message_for(kind: EventType, d: dict[str, Any]) -> Message | None:
+    if kind is EventType.MODEL_RESPONDED:
+        calls = tuple(
+            ToolCall(id=c["id"], name=c["name"], arguments=_as_text(c["arguments"]))
+            for c in d.get("tool_calls", ())
+        )
+        return Message(role="assistant", content=d.get("content"), tool_calls=calls)
+    if kind is EventType.TOOL_FINISHED:
+        return Message(
+            role="tool", tool_call_id=d["call_id"], content=_clip(str(d.get("output", "")))
+        )
+    if kind is EventType.TOOL_FAILED:
+        text = f"error ({d.get('error_kind', 'tool_error')}): {d.get('message', '')}"
+        return Message(role="tool", tool_call_id=d["call_id"], content=_clip(text))
+    if kind is EventType.INPUT_RECEIVED:
+        return Message(
+            role="tool", tool_call_id=d["call_id"], content=f"The user answered: {d['answer']}"
+        )
+    if kind is EventType.NOTE_ADDED:
+        return Message(role="user", content=f"[harness] {d.get('text', '')}")
+    return None
+
+
+def _as_text(arguments: Any) -> str:
+    return arguments if isinstance(arguments, str) else json.dumps(arguments)
+
+
+def _clip(text: str) -> str:
+    if len(text) <= MAX_TOOL_TEXT:
+        return text
+    omitted = len(text) - MAX_TOOL_TEXT
+    return text[:MAX_TOOL_TEXT] + f"\n[truncated for the model: {omitted} characters omitted]"

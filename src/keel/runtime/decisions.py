@@ -1,0 +1,114 @@
+"""What people do to a run from any process: approve, deny, answer, cancel.
+
+Each is one optimistic append: it checks what the run is waiting for, writes the
+decision and the move back to ``running`` atomically, and fails with a precise
+error (and nothing written) when there is nothing to decide.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from keel.core.errors import NothingPending, UsageError
+from keel.core.events import EventType, NewEvent
+from keel.core.state import RunState, transition
+from keel.core.status import RunStatus
+from keel.policy.approvals import is_expired
+from keel.store.base import Store
+
+APPROVAL_KINDS = frozenset({"approval", "plan", "unknown_outcome"})
+
+
+def decide_approval(
+    store: Store, run_id: str, *, deny: bool, reason: str | None, by: str
+) -> RunState:
+    state = store.load_run(run_id)
+    pending = state.pending
+    if (
+        state.status is not RunStatus.WAITING
+        or pending is None
+        or pending.kind not in APPROVAL_KINDS
+    ):
+        raise NothingPending(run_id, f"an approval (it is {_describe(state)})")
+    if deny and not (reason and reason.strip()):
+        raise UsageError("a denial needs a reason: --deny --reason TEXT (the model is told it)")
+    if pending.expires_at and is_expired(pending.expires_at, datetime.now(UTC)):
+        store.append_events(
+            run_id,
+            [transition(state, RunStatus.FAILED, "approval_timeout")],
+            expected_seq=state.last_seq,
+        )
+        raise UsageError(
+            f"the approval request of run {run_id} expired at {pending.expires_at}; "
+            "the run is now failed with approval_timeout"
+        )
+    decided = {
+        "kind": pending.kind,
+        "call_id": pending.call_id,
+        "tool": pending.tool,
+        "digest": pending.digest,
+        "by": by,
+        "reason": reason,
+    }
+    if not deny:
+        events = [NewEvent(type=EventType.APPROVAL_GRANTED, data=decided)]
+    else:
+        events = [NewEvent(type=EventType.APPROVAL_DENIED, data=decided)]
+        if pending.kind == "unknown_outcome":
+            events.append(
+                NewEvent(
+                    type=EventType.CALL_RECONCILED,
+                    data={
+                        "call_id": pending.call_id,
+                        "outcome": "not_done",
+                        "detail": f"recorded as not done by {by}: {reason}",
+                    },
+                )
+            )
+        what = "recorded as not done" if pending.kind == "unknown_outcome" else "denied"
+        events.append(
+            NewEvent(
+                type=EventType.TOOL_FAILED,
+                data={
+                    "call_id": pending.call_id,
+                    "tool": pending.tool,
+                    "arguments": pending.arguments,
+                    "error_kind": "approval_denied",
+                    "message": f"{what} by {by}: {reason}",
+                },
+            )
+        )
+    events.append(transition(state, RunStatus.RUNNING, None))
+    new_state, _ = store.append_events(run_id, events, expected_seq=state.last_seq)
+    return new_state
+
+
+def answer_question(store: Store, run_id: str, text: str) -> RunState:
+    state = store.load_run(run_id)
+    pending = state.pending
+    if state.status is not RunStatus.WAITING or pending is None or pending.kind != "question":
+        raise NothingPending(run_id, f"an answer (it is {_describe(state)})")
+    if not text.strip():
+        raise UsageError("the answer is blank: say something the model can act on")
+    events = [
+        NewEvent(
+            type=EventType.INPUT_RECEIVED,
+            data={"call_id": pending.call_id, "question": pending.question, "answer": text},
+        ),
+        transition(state, RunStatus.RUNNING, None),
+    ]
+    new_state, _ = store.append_events(run_id, events, expected_seq=state.last_seq)
+    return new_state
+
+
+def cancel_run(store: Store, run_id: str, reason: str) -> RunState:
+    state = store.load_run(run_id)
+    event = transition(state, RunStatus.CANCELLED, reason)
+    new_state, _ = store.append_events(run_id, [event], expected_seq=state.last_seq)
+    return new_state
+
+
+def _describe(state: RunState) -> str:
+    if state.status is RunStatus.WAITING and state.pending is not None:
+        return f"waiting for {state.pending.kind.replace('_', ' ')}"
+    return state.status.value

@@ -1,0 +1,249 @@
+"""``Harness``: the Python front door — start, resume, approve, answer, cancel runs.
+
+A run is executed only under its lease (one executing process per run, fenced
+writes, a heartbeat thread); everything else — approve, answer, cancel — is an
+optimistic append that any process on any machine may make.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from keel.core.budget import Budget
+from keel.core.errors import ConfigError, LeaseLost
+from keel.core.events import Event, EventType, NewEvent
+from keel.core.state import RunOptions, RunState
+from keel.core.status import RunStatus
+from keel.loop.driver import Driver, EventSink, LeaseGuard
+from keel.models.base import Model
+from keel.models.resolve import resolve_model
+from keel.policy.modes import parse_mode
+from keel.policy.rules import Policy
+from keel.runtime import decisions
+from keel.runtime.heartbeat import Heartbeat
+from keel.runtime.identity import process_owner
+from keel.store.base import Lease, Store, iter_all_events
+from keel.store.url import open_store
+from keel.tools.builtin import default_registry
+from keel.tools.registry import ToolRegistry
+
+DEFAULT_LEASE_TTL = 30.0
+
+EXIT_CODES = {
+    RunStatus.COMPLETED: 0,
+    RunStatus.FAILED: 1,
+    RunStatus.WAITING: 3,
+    RunStatus.BLOCKED: 4,
+    RunStatus.CANCELLED: 5,
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunOutcome:
+    """Where a run stands after the harness stopped driving it."""
+
+    state: RunState
+
+    @property
+    def id(self) -> str:
+        return self.state.run_id
+
+    @property
+    def status(self) -> RunStatus:
+        return self.state.status
+
+    @property
+    def stop_reason(self) -> str | None:
+        return self.state.reason
+
+    @property
+    def evidence(self) -> list[str]:
+        return list((self.state.result or {}).get("evidence", []))
+
+    @property
+    def exit_code(self) -> int:
+        """0 completed, 1 failed, 3 waiting, 4 blocked, 5 cancelled, 130 interrupted."""
+        return EXIT_CODES.get(self.state.status, 130)
+
+
+class Harness:
+    """Drive runs against a store with a model and tools."""
+
+    def __init__(
+        self,
+        store: str | Store | None = None,
+        model: str | Model | None = None,
+        *,
+        tools: ToolRegistry | None = None,
+        owner: str | None = None,
+        lease_ttl: float = DEFAULT_LEASE_TTL,
+        on_event: EventSink | None = None,
+    ) -> None:
+        self.store: Store = store if not isinstance(store, str | None) else open_store(store)
+        self._model = model
+        self.tools = tools or default_registry()
+        self.owner = process_owner(owner)
+        self.lease_ttl = lease_ttl
+        self.on_event = on_event
+
+    # --- starting ------------------------------------------------------------------------
+
+    def create(
+        self,
+        goal: str,
+        *,
+        cwd: str | Path = ".",
+        budget: Budget | None = None,
+        verify: Sequence[str] = (),
+        mode: str = "edit",
+        plan_then: str | None = None,
+        model: str | None = None,
+        approval_timeout: float | None = None,
+        policy_file: str | Path | None = None,
+        idempotency_key: str | None = None,
+        queued: bool = False,
+        parent_id: str | None = None,
+        task_id: str | None = None,
+    ) -> RunState:
+        """Record a new run (``queued`` for a worker, else ready to execute here)."""
+        if not goal.strip():
+            raise ConfigError("the task is empty: say what the run should achieve")
+        workspace = Path(cwd).resolve()
+        if not workspace.is_dir():
+            raise ConfigError(f"workspace {workspace} is not a directory")
+        parse_mode(mode)
+        if plan_then is not None:
+            parse_mode(plan_then)
+        policy = Policy.from_sources(workspace, Path(policy_file) if policy_file else None)
+        options = RunOptions(
+            model=self._model_spec(model),
+            mode=mode,
+            verify=tuple(verify),
+            budget=budget or Budget(),
+            approval_timeout_s=approval_timeout,
+            plan_then=plan_then,
+            policy=policy.to_dict(),
+        )
+        return self.store.create_run(
+            goal=goal,
+            workspace=str(workspace),
+            options=options,
+            parent_id=parent_id,
+            task_id=task_id,
+            idempotency_key=idempotency_key,
+            queued=queued,
+        )
+
+    def run(self, goal: str, **options: Any) -> RunOutcome:
+        """Create a run and drive it until it completes, fails, or waits for a person."""
+        state = self.create(goal, **options)
+        return self.execute(state.run_id)
+
+    def resume(self, run_id: str) -> RunOutcome:
+        """Continue a run from the store alone (in this or any other process)."""
+        return self.execute(run_id)
+
+    def execute(self, run_id: str, *, lease: Lease | None = None) -> RunOutcome:
+        """Drive ``run_id`` under its lease; ``LeaseHeld`` if another process has it."""
+        state = self.store.load_run(run_id)
+        if state.status.terminal:
+            return RunOutcome(state=state)
+        model = self._model_for(state)
+        held = lease or self.store.acquire_run_lease(run_id, owner=self.owner, ttl=self.lease_ttl)
+        guard = LeaseGuard(token=held.token)
+
+        def lost(why: str) -> None:
+            guard.lost = why
+
+        heartbeat = Heartbeat(
+            held,
+            ttl=self.lease_ttl,
+            renew=lambda current, ttl: self.store.renew_run_lease(current, ttl=ttl),
+            on_lost=lost,
+        )
+        driver = Driver(
+            store=self.store,
+            model=model,
+            registry=self.tools,
+            gate=Policy.from_dict(state.options.policy),
+            state=state,
+            owner=f"run:{run_id}",
+            lease=guard,
+            on_event=self.on_event,
+        )
+        try:
+            with heartbeat:
+                if state.last_seq > 1:
+                    driver.commit(
+                        [NewEvent(type=EventType.RUN_RESUMED, data={"owner": self.owner})]
+                    )
+                final = driver.drive()
+        except LeaseLost:
+            raise
+        finally:
+            if guard.lost is None:
+                self.store.release_run_lease(heartbeat.lease)
+        return RunOutcome(state=final)
+
+    # --- people --------------------------------------------------------------------------
+
+    def approve(
+        self, run_id: str, *, deny: bool = False, reason: str | None = None, by: str | None = None
+    ) -> RunState:
+        return decisions.decide_approval(
+            self.store, run_id, deny=deny, reason=reason, by=by or self.owner.split("/")[0]
+        )
+
+    def answer(self, run_id: str, text: str) -> RunState:
+        return decisions.answer_question(self.store, run_id, text)
+
+    def cancel(self, run_id: str, reason: str) -> RunState:
+        return decisions.cancel_run(self.store, run_id, reason)
+
+    # --- reading -------------------------------------------------------------------------
+
+    def get(self, run_id: str) -> RunState:
+        return self.store.load_run(run_id)
+
+    def events(self, run_id: str, after: int = 0) -> Iterator[Event]:
+        for event in iter_all_events(self.store, run_id):
+            if event.seq > after:
+                yield event
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> Harness:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- models --------------------------------------------------------------------------
+
+    def _model_spec(self, explicit: str | None) -> str | None:
+        if explicit:
+            return _absolute_scripted(explicit)
+        if self._model is not None and not isinstance(self._model, str):
+            return self._model.spec
+        spec = self._model or os.environ.get("KEEL_MODEL")
+        return _absolute_scripted(spec) if spec else None
+
+    def _model_for(self, state: RunState) -> Model:
+        if self._model is not None and not isinstance(self._model, str):
+            return self._model
+        spec = state.options.model
+        if not spec:
+            raise ConfigError("no model for this run: pass --model SPEC or set KEEL_MODEL")
+        return resolve_model(spec, cwd=Path.cwd())
+
+
+def _absolute_scripted(spec: str) -> str:
+    """``scripted:PATH`` with PATH made absolute, so a resume elsewhere finds it."""
+    if spec.startswith("scripted:"):
+        return "scripted:" + str(Path(spec.removeprefix("scripted:")).resolve())
+    return spec
