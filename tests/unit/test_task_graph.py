@@ -25,9 +25,7 @@ from keel.core.tasks import (
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 
 
-def check(
-    graph: dict[str, list[str]], task: str, blockers: list[str], **kw: object
-) -> tuple[str, ...]:
+def check(graph: dict[str, list[str]], task: str, blockers: list[str]) -> tuple[str, ...]:
     """validate_dependencies over an in-memory graph ``{task: its blockers}``."""
     return validate_dependencies(
         task,
