@@ -8,6 +8,7 @@ from keel.tools.control import ask_user, plan_exit, plan_write, request_completi
 from keel.tools.files import edit_file, read_file, write_file
 from keel.tools.registry import ToolRegistry
 from keel.tools.search import glob, grep, list_dir
+from keel.tools.tasks import TASK_TOOLS
 from keel.tools.todo import todo_write
 
 BUILTIN_TOOLS: tuple[Tool, ...] = (
@@ -23,6 +24,7 @@ BUILTIN_TOOLS: tuple[Tool, ...] = (
     ask_user,
     plan_write,
     plan_exit,
+    *TASK_TOOLS,
 )
 
 
