@@ -72,6 +72,7 @@ class Driver:
     on_event: EventSink | None = None
     redactor: Redactor = field(default_factory=Redactor.from_environment)
     verifier_timeout_s: float = VERIFIER_TIMEOUT_S
+    should_stop: Callable[[], bool] | None = None  # checked between steps (graceful stop)
     transcript: Transcript = field(init=False)
     workspace: Path = field(init=False)
     _catalog: RegistryCatalog = field(init=False)
@@ -96,6 +97,8 @@ class Driver:
         """Perform actions until the run halts; returns the final state."""
         while True:
             self.lease.check(self.run_id)
+            if self.should_stop is not None and self.should_stop():
+                return self.state  # stopped between steps: the run stays resumable
             action = decide(self.state, self._situation())
             if isinstance(action, Halt):
                 return self.state
