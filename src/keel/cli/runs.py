@@ -91,8 +91,8 @@ def runs_command(
     table = Table(box=None, header_style="bold")
     for column in ("RUN", "STATUS", "STEPS", "UPDATED"):
         table.add_column(column, no_wrap=True)
-    table.add_column("GOAL", overflow="fold", min_width=24)
-    table.add_column("REASON", overflow="fold")
+    table.add_column("GOAL", overflow="fold", min_width=16)
+    table.add_column("REASON", overflow="fold", min_width=12)
     for run in runs:
         table.add_row(
             run.run_id,
@@ -329,7 +329,7 @@ def amount(dim: Dimension, value: float | None) -> str:
 
 
 def short_time(iso: str | None) -> str:
-    return iso[:19].replace("T", " ") if iso else "-"
+    return iso[5:19].replace("T", " ") if iso else "-"
 
 
 def compact(value: Any) -> str:
