@@ -335,3 +335,14 @@ def test_read_only_tools_change_nothing(tree: Path, call: Call) -> None:
     call("glob", pattern="**/*")
     call("grep", pattern="content")
     assert sorted((p.as_posix(), p.stat().st_mtime_ns) for p in tree.rglob("*")) == before
+
+
+def test_text_that_is_not_unicode_is_a_tool_error_before_and_during_the_write(
+    ws: Path, ctx: ToolContext, call: Call
+) -> None:
+    args = {"path": "x.txt", "content": "ok \ud800"}  # a lone surrogate survives JSON decoding
+    with pytest.raises(ToolError, match="content is not valid Unicode text: surrogates"):
+        default_registry().get("write_file").intent(ctx, args)
+    with pytest.raises(ToolError, match="content is not valid Unicode text"):
+        call("write_file", **args)
+    assert not (ws / "x.txt").exists()

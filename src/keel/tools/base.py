@@ -137,10 +137,11 @@ class Tool:
                 problems,
             ) from None
 
-    def run(self, ctx: ToolContext, args: BaseModel) -> ToolResult:
+    def run(self, ctx: ToolContext, args: str | Mapping[str, Any] | BaseModel) -> ToolResult:
+        """Run the tool on already parsed arguments (raw ones are parsed first)."""
         if self.function is None:
             raise UsageError(f"{self.name} is a control tool: the loop performs it, not execute()")
-        return self.function(ctx, **_fields_of(args))
+        return self.function(ctx, **_fields_of(self.parse_arguments(args)))
 
     def intent(self, ctx: ToolContext, args: str | Mapping[str, Any] | BaseModel) -> dict[str, str]:
         """Before running: each path this call will write -> the sha256 it will then have.

@@ -99,6 +99,8 @@ def run_command(
     ] = None,
 ) -> ToolResult:
     """Run a program in the workspace and report its exit code and combined output."""
+    if not ctx.workspace.is_dir():
+        raise ToolError(f"the workspace {ctx.workspace} does not exist or is not a directory")
     limit = min(timeout_seconds or DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S)
     shown = shlex.join(argv)
     try:

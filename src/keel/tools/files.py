@@ -34,6 +34,16 @@ def looks_binary(head: bytes) -> bool:
     return b"\x00" in head[:BINARY_SNIFF_BYTES]
 
 
+def encode_text(text: str, what: str) -> bytes:
+    """UTF-8 bytes of ``text``; a lone surrogate (possible in JSON) is a ToolError, not a crash."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ToolError(
+            f"{what} is not valid Unicode text: {exc.reason} at character {exc.start}"
+        ) from None
+
+
 def read_text(ctx: ToolContext, path: str) -> tuple[str, str]:
     """(workspace-relative path, text) of an existing UTF-8-ish text file, or a ToolError."""
     real = resolve_in_workspace(ctx.workspace, path, for_write=False)
@@ -92,7 +102,7 @@ def read_file(
 
 def _write_intent(ctx: ToolContext, path: str, content: str) -> dict[str, str]:
     real = resolve_in_workspace(ctx.workspace, path, for_write=True)
-    return {relative_posix(ctx.workspace, real): sha256_bytes(content.encode("utf-8"))}
+    return {relative_posix(ctx.workspace, real): sha256_bytes(encode_text(content, "content"))}
 
 
 @tool(effect=Effect.WRITE, recovery=Recovery.VERIFY_THEN_CONTINUE, intent=_write_intent)
@@ -104,7 +114,7 @@ def write_file(
     """Create or overwrite a file with the given content; missing parent directories are made."""
     real = resolve_in_workspace(ctx.workspace, path, for_write=True)
     existed = real.exists()
-    data = content.encode("utf-8")
+    data = encode_text(content, "content")
     try:
         write_atomically(real, data)
     except (NotADirectoryError, FileExistsError) as exc:
@@ -142,7 +152,7 @@ def apply_edit(rel: str, text: str, old_text: str, new_text: str) -> tuple[str, 
 def _edit_intent(ctx: ToolContext, path: str, old_text: str, new_text: str) -> dict[str, str]:
     rel, text = read_text(ctx, path)
     new, _ = apply_edit(rel, text, old_text, new_text)
-    return {rel: sha256_bytes(new.encode("utf-8"))}
+    return {rel: sha256_bytes(encode_text(new, "new_text"))}
 
 
 @tool(effect=Effect.WRITE, recovery=Recovery.VERIFY_THEN_CONTINUE, intent=_edit_intent)
@@ -161,7 +171,7 @@ def edit_file(
     """Replace one exact, unique occurrence of old_text in a file with new_text."""
     rel, text = read_text(ctx, path)
     new, line = apply_edit(rel, text, old_text, new_text)
-    data = new.encode("utf-8")
+    data = encode_text(new, "new_text")
     write_atomically(resolve_in_workspace(ctx.workspace, path, for_write=True), data)
     return ToolResult(
         output=f"edited {rel}: replaced 1 occurrence at line {line}",
