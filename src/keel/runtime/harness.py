@@ -8,7 +8,7 @@ optimistic append that any process on any machine may make.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ from keel.tools.builtin import default_registry
 from keel.tools.registry import ToolRegistry
 
 DEFAULT_LEASE_TTL = 30.0
+LEASE_TTL_VARIABLE = "KEEL_LEASE_TTL"  # seconds; a short lease lets a crashed run be taken sooner
 
 EXIT_CODES = {
     RunStatus.COMPLETED: 0,
@@ -80,14 +81,14 @@ class Harness:
         *,
         tools: ToolRegistry | None = None,
         owner: str | None = None,
-        lease_ttl: float = DEFAULT_LEASE_TTL,
+        lease_ttl: float | None = None,
         on_event: EventSink | None = None,
     ) -> None:
         self.store: Store = store if not isinstance(store, str | None) else open_store(store)
         self._model = model
         self.tools = tools or default_registry()
         self.owner = process_owner(owner)
-        self.lease_ttl = lease_ttl
+        self.lease_ttl = lease_ttl if lease_ttl is not None else lease_ttl_from_environment()
         self.on_event = on_event
 
     # --- starting ------------------------------------------------------------------------
@@ -147,8 +148,18 @@ class Harness:
         """Continue a run from the store alone (in this or any other process)."""
         return self.execute(run_id)
 
-    def execute(self, run_id: str, *, lease: Lease | None = None) -> RunOutcome:
-        """Drive ``run_id`` under its lease; ``LeaseHeld`` if another process has it."""
+    def execute(
+        self,
+        run_id: str,
+        *,
+        lease: Lease | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> RunOutcome:
+        """Drive ``run_id`` under its lease; ``LeaseHeld`` if another process has it.
+
+        ``should_stop`` is asked between steps: when it says yes the run is left
+        resumable (its lease released) instead of being driven further.
+        """
         state = self.store.load_run(run_id)
         if state.status.terminal:
             return RunOutcome(state=state)
@@ -174,6 +185,7 @@ class Harness:
             owner=f"run:{run_id}",
             lease=guard,
             on_event=self.on_event,
+            should_stop=should_stop,
         )
         try:
             with heartbeat:
@@ -240,6 +252,20 @@ class Harness:
         if not spec:
             raise ConfigError("no model for this run: pass --model SPEC or set KEEL_MODEL")
         return resolve_model(spec, cwd=Path.cwd())
+
+
+def lease_ttl_from_environment() -> float:
+    """``KEEL_LEASE_TTL`` seconds (a positive number), else the 30 s default."""
+    raw = os.environ.get(LEASE_TTL_VARIABLE)
+    if not raw:
+        return DEFAULT_LEASE_TTL
+    try:
+        ttl = float(raw)
+    except ValueError:
+        ttl = 0.0
+    if not ttl > 0:
+        raise ConfigError(f"{LEASE_TTL_VARIABLE}={raw!r}: give the run lease in seconds, e.g. 30")
+    return ttl
 
 
 def _absolute_scripted(spec: str) -> str:
