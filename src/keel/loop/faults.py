@@ -2,7 +2,9 @@
 
 ``KEEL_FAULT=after_tool_started`` (optionally ``name:N`` for the N-th time the
 point is reached) makes the process SIGKILL itself there: no cleanup, no
-flush, exactly like a crash. Unarmed, a fault point costs one dict lookup.
+flush, exactly like a crash. ``name:N:stop`` sends SIGSTOP instead, freezing
+the process there (a stale lease holder) until someone sends SIGCONT.
+Unarmed, a fault point costs one dict lookup.
 """
 
 from __future__ import annotations
@@ -23,12 +25,14 @@ POINTS = frozenset(
 _hits: dict[str, int] = {}
 
 
-def _armed() -> tuple[str, int] | None:
+def _armed() -> tuple[str, int, signal.Signals] | None:
     spec = os.environ.get("KEEL_FAULT")
     if not spec:
         return None
-    name, _, count = spec.partition(":")
-    return name, int(count or "1")
+    name, _, rest = spec.partition(":")
+    count, _, action = rest.partition(":")
+    how = signal.SIGSTOP if action == "stop" else signal.SIGKILL
+    return name, int(count or "1"), how
 
 
 def fault_point(name: str) -> None:
@@ -37,4 +41,4 @@ def fault_point(name: str) -> None:
         return
     _hits[name] = _hits.get(name, 0) + 1
     if _hits[name] == armed[1]:
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), armed[2])
