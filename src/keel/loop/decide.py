@@ -45,6 +45,7 @@ REPLAN_NOTE = (
 )
 CONTROL_TOOLS = frozenset({"request_completion", "ask_user", "plan_write", "plan_exit"})
 SIDE_EFFECTS = frozenset({"write", "execute", "external"})
+DISPATCH_DIMENSIONS = (Dimension.TOOL_CALLS, Dimension.WALL_TIME)  # what running a call uses
 
 
 class ToolInfo(Protocol):
@@ -115,11 +116,15 @@ def decide(state: RunState, sit: Situation) -> Action:
     # running
     if state.open_calls:
         return _reconcile(state, sit, next(iter(state.open_calls.values())))
-    exhausted = _exhausted(state)
+    if state.turn_calls:
+        # The turn was already paid for: its calls run unless they would overrun
+        # the dimensions running them consumes. Steps, tokens and cost stop the
+        # next model turn instead.
+        exhausted = _exhausted(state, DISPATCH_DIMENSIONS)
+        return exhausted if exhausted is not None else _dispatch_next(state, sit)
+    exhausted = _exhausted(state, tuple(Dimension))
     if exhausted is not None:
         return exhausted
-    if state.turn_calls:
-        return _dispatch_next(state, sit)
     return _before_model(state)
 
 
@@ -139,9 +144,16 @@ def _decide_waiting(state: RunState, sit: Situation) -> Action:
     return Halt(status=RunStatus.WAITING)
 
 
-def _exhausted(state: RunState) -> Commit | None:
+def _exhausted(state: RunState, dimensions: tuple[Dimension, ...]) -> Commit | None:
     budget = state.options.budget
-    dim = budget.exhausted(state.usage)
+    dim = next(
+        (
+            d
+            for d in dimensions
+            if (limit := budget.limit(d)) is not None and state.usage.used(d) >= limit
+        ),
+        None,
+    )
     if dim is None:
         return None
     used = state.usage.used(dim)
