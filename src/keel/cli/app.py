@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from keel.cli import run, runs, tasks
+from keel.cli import run, runs, tasks, worker
 
 app = typer.Typer(
     name="keel",
@@ -17,7 +17,12 @@ app = typer.Typer(
 run.register(app)
 runs.register(app)
 tasks.register(app)
+worker.register(app)
 
 
 def main() -> None:
     app()
+
+
+if __name__ == "__main__":
+    main()
