@@ -45,7 +45,7 @@ def test_worker_runs_ready_tasks_as_linked_runs_in_dependency_order(tmp_path: Pa
     docs = store.create_task("write docs", actor="lead", blocked_by=[schema.id], options=options)
 
     proc = _worker(tmp_path, "--concurrency", "2", "--until-idle")
-    out, err = proc.communicate(timeout=120)
+    _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
 
     for task_id in (schema.id, api.id, docs.id):
