@@ -258,6 +258,8 @@ class Driver:
     def _execute(self, action: RunTool, args: Any) -> None:
         tool = self.registry.get(action.tool)
         ctx = self._context(action.call_id)
+        if action.effect in SIDE_EFFECTS:
+            self._confirm_lease()
         before = fingerprint(self.workspace) if action.effect == Effect.EXECUTE.value else None
         started = time.monotonic()
         try:
@@ -294,6 +296,21 @@ class Driver:
             )
         self.commit(events)
         fault_point("after_tool_finished")
+
+    def _confirm_lease(self) -> None:
+        """LeaseLost unless this process still holds the run, asked of the store itself.
+
+        Store writes are fenced, but an effect is not a store write: a process frozen
+        between ``tool_started`` and the effect must not perform it after another
+        process took the run over.
+        """
+        if self.lease.token is None:
+            return
+        current = self.store.current_run_lease(self.run_id)
+        if current is None or current.token != self.lease.token:
+            detail = f"now held by {current.owner}" if current else "the lease expired"
+            self.lease.lost = detail
+            raise LeaseLost(self.run_id, detail)
 
     def _failed(
         self,
