@@ -165,6 +165,11 @@ class Harness:
             return RunOutcome(state=state)
         model = self._model_for(state)
         held = lease or self.store.acquire_run_lease(run_id, owner=self.owner, ttl=self.lease_ttl)
+        # Another process may have finished or moved the run between the read and the lease.
+        state = self.store.load_run(run_id)
+        if state.status.terminal:
+            self.store.release_run_lease(held)
+            return RunOutcome(state=state)
         guard = LeaseGuard(token=held.token)
 
         def lost(why: str) -> None:
