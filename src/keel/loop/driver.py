@@ -233,6 +233,13 @@ class Driver:
         args = tool.parse_arguments(action.arguments)
         if action.effect in SIDE_EFFECTS:
             if action.record_start:
+                try:
+                    intent = tool.intent(ctx, args)
+                except ToolError as exc:
+                    # The call cannot work as asked (no unique match, path outside):
+                    # nothing happened yet, so it is an ordinary tool error.
+                    self._failed(action, "tool_error", str(exc), time.monotonic(), None)
+                    return
                 self.commit(
                     [
                         NewEvent(
@@ -244,7 +251,7 @@ class Driver:
                                 "arguments": action.arguments,
                                 "effect": action.effect,
                                 "recovery": action.recovery,
-                                "intent": tool.intent(ctx, args),
+                                "intent": intent,
                                 "grant": action.grant,
                             },
                         )
