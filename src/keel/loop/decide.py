@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from keel.core.budget import Dimension
 from keel.core.errors import ToolError
 from keel.core.events import EventType, NewEvent
-from keel.core.state import RunState, Todo, ValidationRecord, transition
+from keel.core.state import RunState, ValidationRecord, transition
 from keel.core.status import RunStatus
 from keel.loop.actions import (
     Action,
@@ -32,6 +32,7 @@ from keel.loop.actions import (
 from keel.models.base import ModelTurn
 from keel.policy.approvals import approval_digest, expires_at, is_expired, risk_of
 from keel.policy.modes import Mode
+from keel.policy.plans import follow_on_mode, plan_approved_events, todos_from_plan
 
 NO_PROGRESS_REPEATS = 3  # same call or same error this many times running
 NO_PROGRESS_GRACE_STEPS = 2  # model turns allowed after the replan note
@@ -368,18 +369,13 @@ def _plan_exit(
             )
         )
     if digest in state.grants:  # the reviewer approved this plan
-        follow_on = state.options.plan_then or Mode.EDIT.value
-        todos = plan_todos(state.plan or "")
+        follow_on = follow_on_mode(state).value
+        seeded = (
+            " The todos were seeded from the plan." if todos_from_plan(state.plan or "") else ""
+        )
         return Commit(
             events=(
-                NewEvent(
-                    type=EventType.MODE_CHANGED,
-                    data={"from": state.mode, "to": follow_on, "reason": "plan approved"},
-                ),
-                NewEvent(
-                    type=EventType.TODO_UPDATED,
-                    data={"todos": [t.to_dict() for t in todos], "source": "plan"},
-                ),
+                *plan_approved_events(state),
                 NewEvent(
                     type=EventType.TOOL_FINISHED,
                     data={
@@ -387,8 +383,7 @@ def _plan_exit(
                         "tool": "plan_exit",
                         "arguments": args,
                         "grant": digest,
-                        "output": f"plan approved; you are now in {follow_on} mode. "
-                        "The todos were seeded from the plan.",
+                        "output": f"plan approved; you are now in {follow_on} mode.{seeded}",
                     },
                 ),
             )
@@ -450,25 +445,6 @@ def _control(
             _finished(call_id, name, args, "plan saved (mirrored to plans/PLAN.md)"),
         )
     raise AssertionError(f"not a control tool: {name}")
-
-
-def plan_todos(plan: str) -> list[Todo]:
-    """Todos seeded from a plan: its list items (``-``, ``*``, ``1.``) in order."""
-    todos = []
-    for line in plan.splitlines():
-        text = line.strip()
-        for marker in ("- [ ] ", "- ", "* "):
-            if text.startswith(marker):
-                text = text[len(marker) :]
-                break
-        else:
-            head, dot, rest = text.partition(". ")
-            if not (dot and head.isdigit()):
-                continue
-            text = rest
-        if text.strip():
-            todos.append(Todo(content=text.strip(), status="pending"))
-    return todos or [Todo(content="carry out the approved plan", status="pending")]
 
 
 # --- recovery of a call that started but never finished ---------------------------------
