@@ -254,6 +254,9 @@ def _dispatch_next(state: RunState, sit: Situation) -> Action:
         mixed = _mixed_with_question(state, sit)
         if mixed is not None:
             return mixed
+        extra = _second_question(state)
+        if extra is not None:
+            return extra
     call = _next_call(state)
     call_id, name, raw = call["id"], call["name"], call["arguments"]
     try:
@@ -319,6 +322,23 @@ def _mixed_with_question(state: RunState, sit: Situation) -> Commit | None:
         events=tuple(
             _failed(c["id"], c["name"], _loose(c["arguments"]), "invalid_turn", message)
             for c in state.turn_calls
+        )
+    )
+
+
+def _second_question(state: RunState) -> Commit | None:
+    """A run waits for one answer at a time: every ask_user after a turn's first is refused."""
+    questions = [c for c in state.turn_calls if c["name"] == "ask_user"]
+    if len(questions) < 2:
+        return None
+    message = (
+        "invalid model output: one question at a time; this turn already asks another "
+        "question with ask_user. Ask this one after the answer, if it is still needed"
+    )
+    return Commit(
+        events=tuple(
+            _failed(c["id"], c["name"], _loose(c["arguments"]), "invalid_turn", message)
+            for c in questions[1:]
         )
     )
 
