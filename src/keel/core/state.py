@@ -370,6 +370,7 @@ def _tool_finished(s: RunState, d: dict[str, Any]) -> RunState:
     grants = s.grants
     if d.get("grant"):
         grants = {k: v for k, v in s.grants.items() if k != d["grant"]}
+    signature = call_signature(d.get("tool", ""), d.get("arguments"))
     return replace(
         s,
         grants=grants,
@@ -378,16 +379,17 @@ def _tool_finished(s: RunState, d: dict[str, Any]) -> RunState:
         open_calls=open_calls,
         changed_files={**s.changed_files, **changed} if changed else s.changed_files,
         mutation_revision=s.mutation_revision + 1 if changed else s.mutation_revision,
-        recent_calls=_push(
-            s.recent_calls, call_signature(d.get("tool", ""), d.get("arguments")), RECENT_WINDOW
-        ),
+        recent_calls=_push(s.recent_calls, signature, RECENT_WINDOW),
         recent_errors=_push(s.recent_errors, "", RECENT_WINDOW),
+        no_progress_step=_still_stuck(s, signature, ""),
     )
 
 
 def _tool_failed(s: RunState, d: dict[str, Any]) -> RunState:
     open_calls = {k: v for k, v in s.open_calls.items() if k != d.get("call_id")}
     changed: dict[str, str] = d.get("changed_files") or {}
+    signature = call_signature(d.get("tool", ""), d.get("arguments"))
+    message = str(d.get("message", ""))
     return replace(
         s,
         usage=s.usage.add(tool_calls=1),
@@ -395,12 +397,25 @@ def _tool_failed(s: RunState, d: dict[str, Any]) -> RunState:
         open_calls=open_calls,
         changed_files={**s.changed_files, **changed} if changed else s.changed_files,
         mutation_revision=s.mutation_revision + 1 if changed else s.mutation_revision,
-        recent_calls=_push(
-            s.recent_calls, call_signature(d.get("tool", ""), d.get("arguments")), RECENT_WINDOW
-        ),
-        recent_errors=_push(s.recent_errors, str(d.get("message", "")), RECENT_WINDOW),
+        recent_calls=_push(s.recent_calls, signature, RECENT_WINDOW),
+        recent_errors=_push(s.recent_errors, message, RECENT_WINDOW),
         failed_attempts=s.failed_attempts + 1,
+        no_progress_step=_still_stuck(s, signature, message),
     )
+
+
+def _still_stuck(s: RunState, signature: str, error: str) -> int | None:
+    """Keep the no-progress mark only while the repetition goes on.
+
+    A call that continues neither the streak of identical calls nor the streak of
+    identical errors is a change of course: a later repetition then earns its own
+    replan note instead of failing the run at once.
+    """
+    if s.no_progress_step is None:
+        return None
+    same_call = bool(s.recent_calls) and s.recent_calls[-1] == signature
+    same_error = bool(error) and bool(s.recent_errors) and s.recent_errors[-1] == error
+    return s.no_progress_step if same_call or same_error else None
 
 
 def _call_reconciled(s: RunState, d: dict[str, Any]) -> RunState:
