@@ -466,6 +466,17 @@ def test_a_changed_approach_after_the_replan_note_keeps_the_run_going() -> None:
     assert isinstance(run.decide(), CallModel)
 
 
+def test_a_repetition_after_a_change_of_course_gets_a_fresh_note_not_a_failure() -> None:
+    run = Run()
+    for path in ["same.txt"] * 3 + ["other.txt"] * 3:
+        run.model(("read_file", {"path": path}))
+        run.perform()
+        if path == "same.txt" and run.turns == 3:
+            run.perform()  # no_progress_detected + note
+    assert run.state.no_progress_step is None  # the other call broke the streak
+    assert types(run.decide()) == ["no_progress_detected", "note_added"]
+
+
 def test_two_calls_that_differ_are_not_a_repetition() -> None:
     run = Run()
     for i in range(3):
