@@ -275,6 +275,17 @@ class Driver:
             fault_point("after_effect")
             self._failed(action, "tool_error", str(exc), started, before)
             return
+        except KeyboardInterrupt:
+            # Ctrl-C stopped a command (run_command kills its process group): the
+            # outcome is known, so record it and a resume asks the model, not a person.
+            if before is not None:
+                message = (
+                    f"interrupted by the user (Ctrl-C) after {time.monotonic() - started:.1f} s: "
+                    "the command was stopped before it finished and its effects may be "
+                    "partial; check the workspace before running it again"
+                )
+                self._failed(action, "interrupted", message, started, before)
+            raise
         except Exception as exc:  # a tool bug is the model's observation, not a crash
             fault_point("after_effect")
             self._failed(action, "tool_exception", f"{type(exc).__name__}: {exc}", started, before)
