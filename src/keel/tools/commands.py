@@ -124,7 +124,12 @@ def run_command(
         raise ToolError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from None
     started = time.monotonic()
     output = BoundedText(OUTPUT_MAX_CHARS)
-    timed_out, left_running = _collect(proc, output, started + limit)
+    try:
+        timed_out, left_running = _collect(proc, output, started + limit)
+    except BaseException:  # Ctrl-C or a crash of the caller: never leave the command running
+        _kill_group(proc)
+        proc.wait()
+        raise
     exit_code = proc.wait()
     duration = time.monotonic() - started
     text = output.text()
