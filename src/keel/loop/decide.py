@@ -561,15 +561,27 @@ def after_model(state: RunState, turn: ModelTurn, *, elapsed_s: float) -> tuple[
 
 
 def after_verification(
-    state: RunState, records: list[ValidationRecord], *, elapsed_s: float
+    state: RunState,
+    records: list[ValidationRecord],
+    *,
+    elapsed_s: float,
+    diff_artifact: str | None = None,
 ) -> tuple[NewEvent, ...]:
-    """Completion only on evidence: every required verifier passed at this revision."""
+    """Completion only on evidence: every required verifier passed at this revision.
+
+    ``diff_artifact`` (the workspace's diff, when it is a git work tree) joins the
+    verifiers' outputs in the evidence, so a reader sees what was verified.
+    """
     checked = replace(state, validations=(*state.validations, *records))
     gaps = checked.verification_gaps()
-    data = {"records": [r.to_dict() for r in records], "elapsed_s": elapsed_s}
+    data: dict[str, Any] = {"records": [r.to_dict() for r in records], "elapsed_s": elapsed_s}
+    if diff_artifact:
+        data["diff"] = diff_artifact
     summary = (state.result or {}).get("summary", "")
     if not gaps:
         evidence = [f"artifact:{r.artifact}" for r in records if r.artifact]
+        if diff_artifact:
+            evidence.append(f"artifact:{diff_artifact}")
         if not state.options.verify:
             evidence_note = "no verifier was configured: completion rests on the model's word"
         else:

@@ -42,6 +42,7 @@ SIDE_EFFECTS = frozenset({Effect.WRITE.value, Effect.EXECUTE.value, Effect.EXTER
 MAX_EVENT_OUTPUT = 64_000  # characters of a tool's output kept inline in its event
 VERIFIER_TIMEOUT_S = 900.0
 VERIFIER_OUTPUT_CAP = 2_000_000
+UNTRACKED_DIFF_CAP = 2_000_000  # characters of new files' content shown in the diff artifact
 
 EventSink = Callable[[Event, RunState], None]
 
@@ -418,9 +419,20 @@ class Driver:
             records.append(self._run_verifier(index, command))
             fault_point("during_verification")
         diff = _workspace_diff(self.workspace)
+        diff_artifact = None
         if diff:
-            self.store.put_artifact(self.run_id, "diff.patch", diff.encode("utf-8", "replace"))
-        self.commit(after_verification(self.state, records, elapsed_s=time.monotonic() - started))
+            stored = self.store.put_artifact(
+                self.run_id, "diff.patch", diff.encode("utf-8", "replace")
+            )
+            diff_artifact = stored.id
+        self.commit(
+            after_verification(
+                self.state,
+                records,
+                elapsed_s=time.monotonic() - started,
+                diff_artifact=diff_artifact,
+            )
+        )
 
     def _run_verifier(self, index: int, command: str) -> ValidationRecord:
         started = time.monotonic()
@@ -489,5 +501,34 @@ def _workspace_diff(workspace: Path) -> str:
         )
     except (OSError, subprocess.TimeoutExpired):
         return ""
-    extra = "".join(f"new file: {line}\n" for line in untracked.stdout.splitlines())
-    return proc.stdout + extra
+    return proc.stdout + _untracked_diff(workspace, untracked.stdout.splitlines(), env)
+
+
+def _untracked_diff(workspace: Path, paths: list[str], env: dict[str, str]) -> str:
+    """New files as diffs against nothing (read-only: the index is left alone), bounded."""
+    parts: list[str] = []
+    budget = UNTRACKED_DIFF_CAP
+    for path in paths:
+        try:
+            size = (workspace / path).stat().st_size
+        except OSError:
+            continue  # gone since git listed it
+        if size > budget:
+            parts.append(f"new file: {path} (content not shown: diff size cap reached)\n")
+            continue
+        try:
+            proc = subprocess.run(
+                ["git", "diff", "--no-color", "--no-index", "--", "/dev/null", path],
+                cwd=workspace,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env=env,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired, UnicodeDecodeError):
+            proc = None
+        text = proc.stdout if proc is not None and proc.stdout else f"new file: {path}\n"
+        budget -= len(text)
+        parts.append(text)
+    return "".join(parts)
