@@ -25,6 +25,7 @@ from keel.core.errors import (
     LeaseLost,
     NotOwner,
     StoreCorrupt,
+    StoreError,
     TaskNotClaimable,
     TaskNotFound,
     UsageError,
@@ -487,7 +488,10 @@ class SQLiteTasks:
             candidate = self.task_id_factory()
             if conn.execute(Q["task_exists"], {"id": candidate}).fetchone() is None:
                 return candidate
-        raise StoreCorrupt(str(self._db.path), f"{_ID_ATTEMPTS} fresh task ids all collided")
+        raise StoreError(
+            f"{self._db.path}: {_ID_ATTEMPTS} fresh task ids in a row were already taken; "
+            "the id source is broken, nothing was written"
+        )
 
     @staticmethod
     def _statuses(conn: sqlite3.Connection, ids: Iterable[str]) -> dict[str, TaskStatus]:
