@@ -1,0 +1,1 @@
+"""A small stock-keeping service: reservations in memory, a warehouse API client."""
