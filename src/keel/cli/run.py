@@ -23,6 +23,7 @@ from keel.cli.common import (
     store_url,
 )
 from keel.cli.live import LiveView
+from keel.cli.runs import answer_store_flag, describe_wait
 from keel.core.budget import Budget
 from keel.core.events import Event
 from keel.core.state import RunState
@@ -92,7 +93,7 @@ def run_command(
         console.print(state.run_id, highlight=False)
     if detach:
         return
-    _drive(harness, state.run_id, json_out)
+    _drive(harness, state.run_id, json_out, answer_store_flag(store))
 
 
 @keel_errors
@@ -104,10 +105,10 @@ def resume_command(
 ) -> None:
     """Continue a run that stopped cleanly, was interrupted, or crashed."""
     harness = Harness(store=store_url(store), model=model)
-    _drive(harness, run_id, json_out)
+    _drive(harness, run_id, json_out, answer_store_flag(store))
 
 
-def _drive(harness: Harness, run_id: str, json_out: bool) -> None:
+def _drive(harness: Harness, run_id: str, json_out: bool, store_flag: str) -> None:
     view = None if json_out else LiveView()
 
     def on_event(event: Event, state: RunState) -> None:
@@ -128,7 +129,7 @@ def _drive(harness: Harness, run_id: str, json_out: bool) -> None:
         if waiting and sys.stdin.isatty() and not json_out and _decide_inline(harness, outcome):
             continue
         break
-    _report(outcome, json_out)
+    _report(outcome, json_out, store_flag)
     raise typer.Exit(outcome.exit_code)
 
 
@@ -155,7 +156,7 @@ def _decide_inline(harness: Harness, outcome: RunOutcome) -> bool:
     return False
 
 
-def _report(outcome: RunOutcome, json_out: bool) -> None:
+def _report(outcome: RunOutcome, json_out: bool, store_flag: str) -> None:
     state = outcome.state
     if json_out:
         print_json(
@@ -173,31 +174,14 @@ def _report(outcome: RunOutcome, json_out: bool) -> None:
     if state.reason:
         line += f" ({state.reason})"
     console.print(line, highlight=False)
-    if state.status is RunStatus.WAITING and state.pending is not None:
-        console.print(waiting_hint(state), highlight=False)
+    if state.status is RunStatus.WAITING:
+        for text in describe_wait(state, store_flag):
+            console.print(text, highlight=False)
     for ref in outcome.evidence:
         console.print(f"  evidence: {ref}", highlight=False)
     unfinished = (state.result or {}).get("unfinished")
     if unfinished:
         console.print("  unfinished todos: " + "; ".join(unfinished), highlight=False)
-
-
-def waiting_hint(state: RunState) -> str:
-    """What a waiting run waits for, and the exact command that answers it."""
-    pending = state.pending
-    if pending is None:
-        return ""
-    rid = state.run_id
-    if pending.kind == "question":
-        return f"  question: {pending.question}\n  answer with: keel answer {rid} TEXT"
-    what = {"plan": "plan approval", "unknown_outcome": "a decision on an interrupted call"}.get(
-        pending.kind, "approval"
-    )
-    return (
-        f"  waiting for {what}: {pending.tool} {pending.arguments}\n"
-        f"  approve with: keel approve {rid}\n"
-        f"  deny with:    keel approve {rid} --deny --reason TEXT"
-    )
 
 
 @keel_errors

@@ -130,13 +130,12 @@ def show_command(
     store: str | None = StoreOption,
 ) -> None:
     """Show one run: status, budget, todos, files, validations and what it waits for."""
-    url = store_url(store)
     with reading(store) as st:
         run = st.load_run(run_id)
     if as_json:
         print_json(run.to_dict())
         return
-    for line in describe_run(run, store_flag="" if url == DEFAULT_STORE else f" --store {url}"):
+    for line in describe_run(run, store_flag=answer_store_flag(store)):
         console.print(line, highlight=False)
 
 
@@ -198,6 +197,12 @@ def describe_result(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def answer_store_flag(store: str | None) -> str:
+    """`` --store URL`` when the store is not the default one, so a printed command works."""
+    url = store_url(store)
+    return "" if url == DEFAULT_STORE else f" --store {url}"
+
+
 def describe_wait(run: RunState, store_flag: str) -> list[str]:
     """What a waiting run waits for, and the exact command that answers it."""
     rid = run.run_id
@@ -207,10 +212,18 @@ def describe_wait(run: RunState, store_flag: str) -> list[str]:
         lines.append(f"  the answer to: {escape(pending.question or '')}")
         lines.append(f"  answer:   keel answer {rid} TEXT{store_flag}")
         return lines
-    if pending is not None:
-        what = "approval" if pending.kind == "approval" else f"a decision ({pending.kind})"
-        lines.append(f"  {what} of {escape(pending.tool or '?')} (call {pending.call_id})")
+    if pending is not None and pending.kind == "plan":
+        arguments = pending.arguments or {}
+        lines.append(f"  approval of the plan (plan_exit, call {pending.call_id})")
+        lines.append(f"  summary   {escape(str(arguments.get('summary', '')))}")
+        plan = str(arguments.get("plan") or "").strip().splitlines()
+        lines += ["  plan"] + [f"    {escape(text)}" for text in plan]
+    elif pending is not None:
+        what = {"approval": "approval", "unknown_outcome": "a decision on an interrupted call"}
+        kind = what.get(pending.kind, f"a decision ({pending.kind})")
+        lines.append(f"  {kind} of {escape(pending.tool or '?')} (call {pending.call_id})")
         lines.append(f"  arguments {escape(compact(pending.arguments or {}))}")
+    if pending is not None:
         if pending.risk:
             lines.append(f"  risk      {escape(pending.risk)}")
         if pending.expires_at:
