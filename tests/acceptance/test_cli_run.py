@@ -283,3 +283,19 @@ def test_ctrl_c_during_a_slow_command_leaves_the_run_resumable_and_resume_comple
     assert cli.state(run_id).status is RunStatus.COMPLETED
     time.sleep(max(0.0, started + 2.5 - time.monotonic()))
     assert not (cli.workspace / "late.txt").exists()  # the command was really stopped
+
+
+def test_a_cancelled_run_resumes_to_exit_code_5(cli: Cli) -> None:
+    question = {"tool_calls": [{"name": "ask_user", "arguments": {"question": "which file?"}}]}
+    model = cli.script([question, {"content": "done"}])
+    waiting = cli("run", "ask first", "--model", model)
+    assert waiting.returncode == 3, waiting.stderr
+    run_id = first_line(waiting.stdout)
+    assert f"keel answer {run_id} TEXT" in waiting.stdout
+
+    assert cli("cancel", run_id, "--reason", "not needed").returncode == 0
+    proc = cli("resume", run_id)
+
+    assert proc.returncode == 5
+    state = cli.state(run_id)
+    assert (state.status, state.reason) == (RunStatus.CANCELLED, "not needed")

@@ -265,3 +265,25 @@ def test_an_unknown_tool_is_reported_to_the_model_with_the_available_tools(
     message = tool_messages(provider.requests[1])["call_fake_0_0"]
     assert "unknown tool 'delete_repo'" in message and "read_file" in message
     assert outcome.state.failed_attempts == 1
+
+
+def test_the_openai_spec_is_configured_from_the_environment_including_retry_settings(
+    tmp_path: Path, provider: FakeProvider, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", provider.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-env")
+    monkeypatch.setenv("KEEL_MODEL_MAX_WAIT", "0.05")
+    monkeypatch.setenv("KEEL_MODEL_TIMEOUT", "0.3")
+    provider.hang(5.0).reply(content="done")
+
+    with Harness(store=f"sqlite:///{tmp_path}/keel.db", model="openai:some-model") as harness:
+        outcome = harness.run("say done", cwd=workspace)
+        events = events_of(harness, outcome)
+
+    assert outcome.status is RunStatus.COMPLETED
+    assert outcome.state.options.model == "openai:some-model"
+    [retry] = of_type(events, EventType.RETRY_SCHEDULED)
+    assert "no answer within 0.3s" in retry.data["error"]
+    assert retry.data["wait_seconds"] <= 0.05
+    assert provider.requests[-1]["model"] == "some-model"
+    assert provider.headers[-1]["authorization"] == "Bearer sk-from-env"
