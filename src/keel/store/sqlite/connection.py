@@ -41,6 +41,7 @@ SQLITE_HEADER: Final = b"SQLite format 3\x00"
 _CORRUPT_CODES: Final = frozenset({11, 26})  # SQLITE_CORRUPT, SQLITE_NOTADB
 _BUSY_CODES: Final = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED (primary codes)
 BUSY_TIMEOUT_MS: Final = 100
+WAL_CHECKPOINT_PAGES: Final = 4000  # ~16 MB of WAL between checkpoints (SQLite's default: 1000)
 
 
 class Database:
@@ -105,6 +106,7 @@ class Database:
             conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             conn.execute(f"PRAGMA synchronous={self.synchronous.upper()}")
             conn.execute("PRAGMA foreign_keys=ON")
+            conn.execute(f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_PAGES}")
         except sqlite3.Error as exc:
             raise self.translate(exc) from exc
         self._local.conn = conn

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -53,6 +54,26 @@ def epoch_to_datetime(seconds: float) -> datetime:
 
 def dump_json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def new_event_id() -> str:
+    """A time-ordered UUID (version 7 layout) as 32 hex digits.
+
+    Random UUIDs would scatter the unique index on ``event_id`` so that every
+    append dirties a random page; time-ordered ones append to its last page.
+    """
+    rand = int.from_bytes(os.urandom(10), "big")
+    value = (
+        (time.time_ns() // 1_000_000) << 80
+        | 0x7 << 76
+        | ((rand >> 62) & 0xFFF) << 64
+        | 0b10 << 62
+        | (rand & _LOW_62)
+    )
+    return f"{value:032x}"
+
+
+_LOW_62 = (1 << 62) - 1
 
 
 def new_run_id() -> str:
@@ -144,7 +165,7 @@ class SQLiteRuns:
                 event = Event(
                     run_id=run_id,
                     seq=1,
-                    event_id=uuid.uuid4().hex,
+                    event_id=new_event_id(),
                     type=EventType.RUN_CREATED,
                     recorded_at=now,
                     data=data,
@@ -226,7 +247,7 @@ class SQLiteRuns:
                 event = Event(
                     run_id=run_id,
                     seq=seq,
-                    event_id=uuid.uuid4().hex,
+                    event_id=new_event_id(),
                     type=new.type,
                     recorded_at=now,
                     data=data,
