@@ -7,17 +7,24 @@ a backend, register it here::
     STORE_BACKENDS["postgres"] = postgres_store   # yields a PostgresStore on a scratch DB
 
 A factory may raise ``pytest.skip``-style exceptions itself when its server is
-unavailable; the registry does not know about pytest.
+unavailable; the registry does not know about pytest. ``postgres_unavailable()``
+says why the PostgreSQL entry cannot run (its variable unset), for the fixture
+to skip with that reason.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from keel.core.budget import Budget
+from keel.core.errors import ConfigError
 from keel.core.events import Event, EventType, NewEvent
 from keel.core.state import RunOptions, RunState, transition
 from keel.core.status import RunStatus
@@ -37,9 +44,54 @@ def sqlite_store(tmp: Path, *, synchronous: str = "normal") -> Iterator[Store]:
         store.close()
 
 
+POSTGRES_URL_ENV = "KEEL_TEST_POSTGRES_URL"
+
+
+def postgres_unavailable() -> str | None:
+    """Why PostgreSQL tests cannot run here (None when they can)."""
+    if not os.environ.get(POSTGRES_URL_ENV):
+        return f"{POSTGRES_URL_ENV} is not set (e.g. postgresql://postgres@127.0.0.1:5432/postgres)"
+    if importlib.util.find_spec("psycopg") is None:
+        return "psycopg is not installed: pip install 'keel[postgres]'"
+    return None
+
+
+@contextmanager
+def scratch_database() -> Iterator[str]:
+    """The URL of a new empty database ``keel_test_<hex>`` on the server named by
+    ``KEEL_TEST_POSTGRES_URL``, dropped on exit (open sessions are ended)."""
+    import psycopg  # noqa: PLC0415 - optional: only the PostgreSQL tests need it
+
+    admin_url = os.environ.get(POSTGRES_URL_ENV)
+    if not admin_url:
+        raise ConfigError(f"{POSTGRES_URL_ENV} is not set; PostgreSQL tests need a server")
+    name = "keel_test_" + uuid.uuid4().hex[:12]
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield urlunsplit(urlsplit(admin_url)._replace(path="/" + name))
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextmanager
+def postgres_store(tmp: Path) -> Iterator[Store]:
+    """A ``PostgresStore`` on a scratch database (see ``scratch_database``), closed and
+    dropped on exit. ``tmp`` is unused: the server holds the data."""
+    from keel.store.postgres.store import PostgresStore  # noqa: PLC0415 - optional extra
+
+    with scratch_database() as url:
+        store = PostgresStore(url)
+        try:
+            yield store
+        finally:
+            store.close()
+
+
 STORE_BACKENDS: dict[str, StoreFactory] = {
     "sqlite": sqlite_store,
-    # "postgres": postgres_store,  <- the PostgreSQL store registers itself here
+    "postgres": postgres_store,
 }
 
 

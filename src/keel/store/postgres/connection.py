@@ -1,0 +1,119 @@
+"""A PostgreSQL server shared by many worker processes on many hosts.
+
+Connections come from a ``psycopg_pool.ConnectionPool`` in autocommit mode: most
+store operations are one statement (a CTE or a server-side function), so one
+round trip is one transaction. Blocks that need several statements use
+``transaction()``. Every session runs with ``TimeZone=UTC`` so timestamps come
+back as UTC datetimes. A deadlock or serialization failure of a single statement
+is retried (nothing was written); any other server error becomes a ``StoreError``
+naming the server without its password.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Final, TypeVar
+from urllib.parse import urlsplit
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from keel.core.errors import KeelError, StoreError
+
+T = TypeVar("T")
+RETRIES: Final = 5
+POOL_MAX: Final = 8
+APPLICATION_NAME: Final = "keel"
+_RETRYABLE = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure)
+
+
+def redacted(url: str) -> str:
+    """The URL without its password, for messages."""
+    parts = urlsplit(url)
+    if parts.password:
+        netloc = parts.netloc.replace(":" + parts.password + "@", ":***@")
+        return parts._replace(netloc=netloc).geturl()
+    return url
+
+
+def connect(url: str, *, application_name: str = APPLICATION_NAME) -> psycopg.Connection[Any]:
+    """One autocommit UTC session outside the pool (the listener, migrations, tests)."""
+    try:
+        return psycopg.connect(
+            url,
+            autocommit=True,
+            options="-c TimeZone=UTC",
+            application_name=application_name,
+        )
+    except psycopg.Error as exc:
+        raise StoreError(f"cannot connect to PostgreSQL at {redacted(url)}: {exc}") from exc
+
+
+class Database:
+    """A pool of sessions on one PostgreSQL database."""
+
+    def __init__(self, url: str, *, max_size: int = POOL_MAX, timeout: float = 30.0) -> None:
+        self.url = url
+        self.location = redacted(url)
+        self._closed = False
+        try:
+            self.pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+                url,
+                min_size=1,
+                max_size=max_size,
+                timeout=timeout,
+                kwargs={
+                    "autocommit": True,
+                    "options": "-c TimeZone=UTC",
+                    "application_name": APPLICATION_NAME,
+                },
+                name="keel",
+                open=True,
+            )
+            self.pool.wait(timeout=timeout)
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise StoreError(f"cannot connect to PostgreSQL at {self.location}: {exc}") from exc
+
+    def translate(self, exc: psycopg.Error) -> StoreError:
+        return StoreError(f"PostgreSQL at {self.location}: {exc}")
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled autocommit session; server errors become StoreError."""
+        if self._closed:
+            raise StoreError(f"the store at {self.location} is closed")
+        try:
+            with self.pool.connection() as conn:
+                yield conn
+        except KeelError:
+            raise
+        except PoolTimeout as exc:
+            raise StoreError(f"no free connection to PostgreSQL at {self.location}: {exc}") from exc
+        except psycopg.Error as exc:
+            raise self.translate(exc) from exc
+
+    @contextmanager
+    def transaction(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled session inside one transaction: committed on success, else rolled back."""
+        with self.connection() as conn, conn.transaction():
+            yield conn
+
+    def run(self, action: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """``action(conn)`` on a pooled session, retried after a deadlock or serialization
+        failure (the failed attempt wrote nothing)."""
+        for attempt in range(RETRIES):
+            try:
+                with self.connection() as conn:
+                    return action(conn)
+            except StoreError as exc:
+                if not isinstance(exc.__cause__, _RETRYABLE) or attempt == RETRIES - 1:
+                    raise
+                time.sleep(0.005 * (attempt + 1))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def close(self) -> None:
+        self._closed = True
+        self.pool.close()

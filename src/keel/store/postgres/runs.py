@@ -1,0 +1,438 @@
+"""The runs half of the PostgreSQL store: runs, the event log, run leases, artifacts.
+
+An append is one statement: the caller's step is folded onto the run's state in
+Python (``RunState.apply``), then a CTE updates the snapshot *only if* the run's
+``last_seq`` is still ``expected_seq`` and the lease token (when given) is the
+run's current, unexpired one (database clock), and inserts the events in the same
+transaction. No row back means nothing was written; a second query then says why
+(``ConcurrentUpdate``, ``LeaseLost``, ``RunNotFound``). Sequences stay gapless
+because ``(run_id, seq)`` is the key and the conditional update serialises writers.
+Folded states are cached per process keyed by ``(run_id, last_seq)``: events are
+immutable, so equal keys are equal states.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from psycopg import errors as pg_errors
+
+from keel.core.errors import (
+    ConcurrentUpdate,
+    InvalidTransition,
+    LeaseHeld,
+    LeaseLost,
+    NotFound,
+    RunNotFound,
+    StoreError,
+)
+from keel.core.events import Event, EventType, NewEvent
+from keel.core.state import RunOptions, RunState
+from keel.core.status import RunStatus, check_transition
+from keel.store.base import Artifact, Lease
+from keel.store.postgres.connection import Database
+from keel.store.postgres.listener import Listener
+from keel.store.sql import load_queries
+from keel.store.sqlite.runs import artifact_id, dump_json, new_run_id
+
+Q = load_queries("keel.store.postgres", "runs.sql")
+STATE_CACHE_SIZE = 256
+EVENTS_POLL_S = 0.25
+_RACE_RETRIES = 3
+
+
+class PostgresRuns:
+    """Runs, events, run leases and artifacts of ``PostgresStore`` (mixin over ``_db``)."""
+
+    _db: Database
+    _states: OrderedDict[str, RunState]
+    _states_guard: threading.Lock
+
+    def _init_runs(self) -> None:
+        self._states = OrderedDict()
+        self._states_guard = threading.Lock()
+
+    def _listener(self) -> Listener:
+        raise NotImplementedError  # provided by PostgresStore
+
+    # --- state cache -----------------------------------------------------------------
+
+    def _cached(self, run_id: str) -> RunState | None:
+        with self._states_guard:
+            state = self._states.get(run_id)
+            if state is not None:
+                self._states.move_to_end(run_id)
+            return state
+
+    def _remember(self, state: RunState) -> None:
+        with self._states_guard:
+            known = self._states.get(state.run_id)
+            if known is not None and known.last_seq > state.last_seq:
+                return
+            self._states[state.run_id] = state
+            self._states.move_to_end(state.run_id)
+            while len(self._states) > STATE_CACHE_SIZE:
+                self._states.popitem(last=False)
+
+    def _current(self, run_id: str) -> RunState:
+        """The run's state now: one primary-key read, the snapshot only on a cache miss."""
+        cached = self._cached(run_id)
+        with self._db.connection() as conn:
+            row = conn.execute(
+                Q["run_state"],
+                {"id": run_id, "cached_seq": cached.last_seq if cached else -1},
+            ).fetchone()
+        if row is None:
+            raise RunNotFound(run_id)
+        last_seq, snapshot = row
+        if snapshot is None and cached is not None:
+            return cached
+        state = RunState.from_dict(snapshot)
+        if state.last_seq != last_seq:
+            raise StoreError(f"run {run_id}: snapshot at {state.last_seq}, log at {last_seq}")
+        self._remember(state)
+        return state
+
+    # --- runs and events -------------------------------------------------------------
+
+    def create_run(
+        self,
+        *,
+        goal: str,
+        workspace: str,
+        options: RunOptions,
+        parent_id: str | None = None,
+        task_id: str | None = None,
+        idempotency_key: str | None = None,
+        queued: bool = False,
+    ) -> RunState:
+        """Create a run and its ``run_created`` event in one statement (idempotent on key)."""
+        status = RunStatus.QUEUED if queued else RunStatus.RUNNING
+        data_text = dump_json(
+            {
+                "goal": goal,
+                "workspace": workspace,
+                "parent_id": parent_id,
+                "task_id": task_id,
+                "options": options.to_dict(),
+                "status": status.value,
+            }
+        )
+        data = json.loads(data_text)  # fold exactly what a reader of the log will see
+        while True:
+            if idempotency_key is not None:
+                existing = self._run_by_key(idempotency_key)
+                if existing is not None:
+                    return existing
+            now = datetime.now(UTC)
+            run_id = new_run_id()
+            event = Event(
+                run_id=run_id,
+                seq=1,
+                event_id=uuid.uuid4().hex,
+                type=EventType.RUN_CREATED,
+                recorded_at=now,
+                data=data,
+            )
+            state = RunState(run_id=run_id).apply(event)
+            params = {
+                "id": run_id,
+                "parent_id": parent_id,
+                "task_id": task_id,
+                "status": state.status.value,
+                "goal": goal,
+                "workspace": workspace,
+                "key": idempotency_key,
+                "snapshot": dump_json(state.to_dict()),
+                "at": now,
+                "event_id": event.event_id,
+                "data": data_text,
+            }
+            try:
+                with self._db.connection() as conn:
+                    row = conn.execute(Q["insert_run"], params).fetchone()
+            except StoreError as exc:
+                if isinstance(exc.__cause__, pg_errors.ForeignKeyViolation) and parent_id:
+                    raise RunNotFound(parent_id) from None
+                raise
+            if row is not None:
+                self._remember(state)
+                return state
+            # A used idempotency key (loop finds it) or a run id collision (draw again).
+
+    def _run_by_key(self, key: str) -> RunState | None:
+        with self._db.connection() as conn:
+            row = conn.execute(Q["find_run_by_key"], {"key": key}).fetchone()
+        return self._current(row[0]) if row is not None else None
+
+    def append_events(
+        self,
+        run_id: str,
+        events: Sequence[NewEvent],
+        *,
+        expected_seq: int,
+        lease_token: str | None = None,
+    ) -> tuple[RunState, list[Event]]:
+        """Append one step's events atomically, only if ``expected_seq`` is still the last.
+
+        Stale ``expected_seq`` -> ConcurrentUpdate; a ``lease_token`` that is not the
+        run's current unexpired lease -> LeaseLost; an illegal ``status_changed`` ->
+        InvalidTransition. In every refused case nothing is written.
+        """
+        for _ in range(_RACE_RETRIES):
+            state = self._cached(run_id)
+            if state is None or state.last_seq != expected_seq:
+                state = self._current(run_id)
+            if state.last_seq != expected_seq or not events:
+                self._refusal(run_id, expected_seq, lease_token)
+                if events:
+                    continue  # the run moved back to expected_seq's reader: read again
+                return state, []
+            new_state, stored, params = _fold_step(state, events)
+            params.update({"id": run_id, "expected": expected_seq, "token": lease_token})
+            with self._db.connection() as conn:
+                written = conn.execute(Q["append_events"], params).fetchall()
+            if written:
+                self._remember(new_state)
+                return new_state, stored
+            self._refusal(run_id, expected_seq, lease_token)
+        raise StoreError(f"run {run_id}: append kept racing; retry the step")
+
+    def _refusal(self, run_id: str, expected_seq: int, lease_token: str | None) -> None:
+        """Raise why an append at ``expected_seq`` with ``lease_token`` cannot be written."""
+        with self._db.connection() as conn:
+            head = conn.execute(Q["run_head"], {"id": run_id}).fetchone()
+        if head is None:
+            raise RunNotFound(run_id)
+        last_seq, token, lease_live, lease_owner = head
+        if last_seq != expected_seq:
+            raise ConcurrentUpdate(run_id, expected_seq, last_seq)
+        if lease_token is not None and (token != lease_token or not lease_live):
+            detail = (
+                f"now held by {lease_owner}"
+                if token not in (None, lease_token)
+                else "the lease expired"
+                if token == lease_token
+                else "the lease was released"
+            )
+            raise LeaseLost(run_id, detail)
+
+    def load_run(self, run_id: str) -> RunState:
+        return self._current(run_id)
+
+    def list_runs(self, *, status: RunStatus | None = None, limit: int = 100) -> list[RunState]:
+        with self._db.connection() as conn:
+            if status is None:
+                rows = conn.execute(Q["list_runs"], {"limit": limit}).fetchall()
+            else:
+                rows = conn.execute(
+                    Q["list_runs_by_status"], {"status": status.value, "limit": limit}
+                ).fetchall()
+        return [RunState.from_dict(row[0]) for row in rows]
+
+    def read_events(self, run_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
+        with self._db.connection() as conn:
+            rows = conn.execute(
+                Q["read_events"], {"id": run_id, "after": after, "limit": limit}
+            ).fetchall()
+            if not rows and conn.execute(Q["run_exists"], {"id": run_id}).fetchone() is None:
+                raise RunNotFound(run_id)
+        types = EventType
+        return [
+            Event(
+                run_id=run_id,
+                seq=seq,
+                event_id=event_id,
+                type=types(kind),
+                recorded_at=recorded_at,
+                data=data,
+            )
+            for seq, event_id, kind, recorded_at, data in rows
+        ]
+
+    def _last_seq(self, run_id: str) -> int:
+        with self._db.connection() as conn:
+            row = conn.execute(Q["last_seq"], {"id": run_id}).fetchone()
+        if row is None:
+            raise RunNotFound(run_id)
+        return int(row[0])
+
+    def wait_for_events(self, run_id: str, *, after: int, timeout: float) -> bool:
+        """Woken by NOTIFY on ``keel_events``; re-reads ``last_seq`` at least every 0.25 s,
+        so a lost notification or a dead listener only delays the answer."""
+        deadline = time.monotonic() + timeout
+        listener = self._listener()
+        listener.watch(run_id)
+        try:
+            while True:
+                if self._last_seq(run_id) > after:
+                    return True
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                listener.wait_for_seq(run_id, after, min(EVENTS_POLL_S, remaining))
+        finally:
+            listener.unwatch(run_id)
+
+    # --- run leases ------------------------------------------------------------------
+
+    def acquire_run_lease(self, run_id: str, *, owner: str, ttl: float) -> Lease:
+        token = uuid.uuid4().hex
+        with self._db.connection() as conn:
+            row = conn.execute(
+                Q["acquire_run_lease"], {"id": run_id, "owner": owner, "token": token, "ttl": ttl}
+            ).fetchone()
+            if row is None:
+                current = conn.execute(Q["run_lease"], {"id": run_id}).fetchone()
+                if current is None:
+                    raise RunNotFound(run_id)
+                raise LeaseHeld(run_id, current[0], current[2])
+        return Lease(subject=run_id, owner=owner, token=token, expires_at=row[0])
+
+    def renew_run_lease(self, lease: Lease, *, ttl: float) -> Lease:
+        with self._db.connection() as conn:
+            row = conn.execute(
+                Q["renew_run_lease"], {"id": lease.subject, "token": lease.token, "ttl": ttl}
+            ).fetchone()
+            if row is None:
+                current = conn.execute(Q["run_lease"], {"id": lease.subject}).fetchone()
+                if current is None:
+                    raise RunNotFound(lease.subject)
+                held_by, token = current[0], current[1]
+                raise LeaseLost(
+                    lease.subject,
+                    f"now held by {held_by}"
+                    if token not in (None, lease.token)
+                    else "the lease expired"
+                    if token == lease.token
+                    else "the lease was released",
+                )
+        return Lease(subject=lease.subject, owner=lease.owner, token=lease.token, expires_at=row[0])
+
+    def release_run_lease(self, lease: Lease) -> None:
+        with self._db.connection() as conn:
+            conn.execute(Q["release_run_lease"], {"id": lease.subject, "token": lease.token})
+
+    def current_run_lease(self, run_id: str) -> Lease | None:
+        with self._db.connection() as conn:
+            row = conn.execute(Q["run_lease"], {"id": run_id}).fetchone()
+        if row is None:
+            raise RunNotFound(run_id)
+        owner, token, expires_at, live = row
+        if token is None or not live:
+            return None
+        return Lease(subject=run_id, owner=owner, token=token, expires_at=expires_at)
+
+    def claim_next_run(self, *, owner: str, ttl: float) -> tuple[RunState, Lease] | None:
+        """Lease the oldest claimable run in one statement (``FOR UPDATE SKIP LOCKED``)."""
+        token = uuid.uuid4().hex
+        with self._db.connection() as conn:
+            row = conn.execute(
+                Q["claim_next_run"], {"owner": owner, "token": token, "ttl": ttl}
+            ).fetchone()
+        if row is None:
+            return None
+        run_id, last_seq, snapshot, expires_at = row
+        state = RunState.from_dict(snapshot)
+        if state.last_seq != last_seq:
+            raise StoreError(f"run {run_id}: snapshot at {state.last_seq}, log at {last_seq}")
+        self._remember(state)
+        return state, Lease(subject=run_id, owner=owner, token=token, expires_at=expires_at)
+
+    # --- artifacts -------------------------------------------------------------------
+
+    def put_artifact(self, run_id: str, name: str, content: bytes) -> Artifact:
+        """Store ``content`` once: equal bytes give the same id (and the first put's name)."""
+        art_id = artifact_id(content)
+        params = {
+            "id": art_id,
+            "run_id": run_id,
+            "name": name,
+            "size": len(content),
+            "content": content,
+        }
+        try:
+            with self._db.connection() as conn:
+                row = conn.execute(Q["put_artifact"], params).fetchone()
+        except StoreError as exc:
+            if isinstance(exc.__cause__, pg_errors.ForeignKeyViolation):
+                raise RunNotFound(run_id) from None
+            raise
+        assert row is not None
+        return _artifact(row)
+
+    def get_artifact(self, artifact_id: str) -> tuple[Artifact, bytes]:
+        with self._db.connection() as conn:
+            row = conn.execute(Q["artifact_with_content"], {"id": artifact_id}).fetchone()
+        if row is None:
+            raise NotFound(f"no artifact with id {artifact_id!r}; `keel show RUN_ID` lists a run's")
+        return _artifact(row[:5]), bytes(row[5])
+
+
+def _fold_step(
+    state: RunState, events: Sequence[NewEvent]
+) -> tuple[RunState, list[Event], dict[str, Any]]:
+    """The run's state after ``events``, the stored events, and the append's parameters."""
+    loads = json.loads
+    now = datetime.now(UTC)
+    stored: list[Event] = []
+    seqs: list[int] = []
+    ids: list[str] = []
+    types: list[str] = []
+    datas: list[str] = []
+    seq = state.last_seq
+    for new in events:
+        seq += 1
+        data = new.data
+        if new.type is EventType.STATUS_CHANGED:
+            data = _checked_status_change(state.status, data)
+        text = dump_json(data)
+        event = Event(
+            run_id=state.run_id,
+            seq=seq,
+            event_id=uuid.uuid4().hex,
+            type=new.type,
+            recorded_at=now,
+            data=loads(text),  # fold exactly what a reader of the log will see
+        )
+        state = state.apply(event)
+        stored.append(event)
+        seqs.append(seq)
+        ids.append(event.event_id)
+        types.append(new.type.value)
+        datas.append(text)
+    params: dict[str, Any] = {
+        "snapshot": dump_json(state.to_dict()),
+        "status": state.status.value,
+        "last_seq": seq,
+        "at": now,
+        "seqs": seqs,
+        "event_ids": ids,
+        "types": types,
+        "datas": datas,
+    }
+    return state, stored, params
+
+
+def _artifact(row: Sequence[Any]) -> Artifact:
+    art_id, run_id, name, size, created_at = row
+    return Artifact(id=art_id, run_id=run_id, name=name, size=int(size), created_at=created_at)
+
+
+def _checked_status_change(current: RunStatus, data: dict[str, Any]) -> dict[str, Any]:
+    """The event's data with its reason as stored; InvalidTransition if the move is illegal."""
+    try:
+        target = RunStatus(data["to"])
+    except (KeyError, ValueError):
+        raise InvalidTransition(current, str(data.get("to")), "not a run status") from None
+    reason = check_transition(current, target, data.get("reason"))
+    if data.get("reason") == reason and data.get("from") == current.value:
+        return data
+    return {**data, "from": current.value, "reason": reason}

@@ -1,0 +1,120 @@
+-- Runs, events, run leases and artifacts of the PostgreSQL store (keel.store.postgres.runs).
+-- Lease times are now(): the database clock, one value per statement.
+
+-- name: insert_run
+-- A new run and its run_created event (seq 1) in one statement. With a used
+-- idempotency key nothing is inserted and no row comes back.
+WITH run AS (
+    INSERT INTO runs (id, parent_id, task_id, status, goal, workspace, idempotency_key,
+                      snapshot, last_seq, created_at, updated_at)
+    VALUES (%(id)s, %(parent_id)s, %(task_id)s, %(status)s, %(goal)s, %(workspace)s,
+            %(key)s, %(snapshot)s, 1, %(at)s, %(at)s)
+    ON CONFLICT DO NOTHING
+    RETURNING id
+)
+INSERT INTO events (run_id, seq, event_id, type, recorded_at, data)
+SELECT run.id, 1, %(event_id)s, 'run_created', %(at)s, %(data)s::json FROM run
+RETURNING run_id
+
+-- name: find_run_by_key
+SELECT id FROM runs WHERE idempotency_key = %(key)s
+
+-- name: run_state
+-- The snapshot only when the caller's cached state is not already at last_seq.
+SELECT last_seq, CASE WHEN last_seq = %(cached_seq)s THEN NULL ELSE snapshot END
+FROM runs WHERE id = %(id)s
+
+-- name: append_events
+-- Write one step: the folded snapshot and the events, only if the sequence and the
+-- lease token (when given) still hold. No row back means nothing was written.
+WITH head AS (
+    UPDATE runs
+    SET snapshot = %(snapshot)s, status = %(status)s, last_seq = %(last_seq)s,
+        updated_at = %(at)s
+    WHERE id = %(id)s AND last_seq = %(expected)s
+      AND (%(token)s::text IS NULL
+           OR (lease_token = %(token)s AND lease_expires_at > now()))
+    RETURNING id
+)
+INSERT INTO events (run_id, seq, event_id, type, recorded_at, data)
+SELECT head.id, e.seq, e.event_id, e.type, %(at)s, e.data::json
+FROM head, unnest(%(seqs)s::bigint[], %(event_ids)s::text[], %(types)s::text[],
+                  %(datas)s::text[]) AS e (seq, event_id, type, data)
+RETURNING seq
+
+-- name: run_head
+-- Why an append was refused: the sequence and whether the token still holds.
+SELECT last_seq, lease_token, lease_expires_at > now(), lease_owner
+FROM runs WHERE id = %(id)s
+
+-- name: list_runs
+SELECT snapshot FROM runs ORDER BY position DESC LIMIT %(limit)s
+
+-- name: list_runs_by_status
+SELECT snapshot FROM runs WHERE status = %(status)s ORDER BY position DESC LIMIT %(limit)s
+
+-- name: read_events
+SELECT seq, event_id, type, recorded_at, data FROM events
+WHERE run_id = %(id)s AND seq > %(after)s ORDER BY seq LIMIT %(limit)s
+
+-- name: run_exists
+SELECT 1 FROM runs WHERE id = %(id)s
+
+-- name: last_seq
+SELECT last_seq FROM runs WHERE id = %(id)s
+
+-- name: run_lease
+SELECT lease_owner, lease_token, lease_expires_at, lease_expires_at > now()
+FROM runs WHERE id = %(id)s
+
+-- name: acquire_run_lease
+-- Take the lease if it is free or expired; no row back if someone holds it.
+UPDATE runs
+SET lease_owner = %(owner)s, lease_token = %(token)s,
+    lease_expires_at = now() + make_interval(secs => %(ttl)s)
+WHERE id = %(id)s AND (lease_token IS NULL OR lease_expires_at <= now())
+RETURNING lease_expires_at
+
+-- name: renew_run_lease
+UPDATE runs SET lease_expires_at = now() + make_interval(secs => %(ttl)s)
+WHERE id = %(id)s AND lease_token = %(token)s AND lease_expires_at > now()
+RETURNING lease_expires_at
+
+-- name: release_run_lease
+UPDATE runs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+WHERE id = %(id)s AND lease_token = %(token)s
+
+-- name: claim_next_run
+-- Lease the oldest queued run nobody holds, or a running/verifying run whose holder's
+-- lease ran out: one row, locked with SKIP LOCKED so concurrent claimers take others.
+WITH picked AS (
+    SELECT id FROM runs
+    WHERE status IN ('queued', 'running', 'verifying')
+      AND ((status = 'queued' AND (lease_expires_at IS NULL OR lease_expires_at <= now()))
+           OR (status IN ('running', 'verifying') AND lease_expires_at <= now()))
+    ORDER BY position
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE runs r
+SET lease_owner = %(owner)s, lease_token = %(token)s,
+    lease_expires_at = now() + make_interval(secs => %(ttl)s)
+FROM picked
+WHERE r.id = picked.id
+RETURNING r.id, r.last_seq, r.snapshot, r.lease_expires_at
+
+-- name: put_artifact
+-- Content-addressed: equal bytes keep the first put's row.
+WITH added AS (
+    INSERT INTO artifacts (id, run_id, name, size, content, created_at)
+    VALUES (%(id)s, %(run_id)s, %(name)s, %(size)s, %(content)s, now())
+    ON CONFLICT (id) DO NOTHING
+    RETURNING id, run_id, name, size, created_at
+)
+SELECT * FROM added
+UNION ALL
+SELECT id, run_id, name, size, created_at FROM artifacts
+WHERE id = %(id)s AND NOT EXISTS (SELECT 1 FROM added)
+
+-- name: artifact_with_content
+SELECT id, run_id, name, size, created_at, content FROM artifacts WHERE id = %(id)s
