@@ -73,12 +73,21 @@ def _when(task: Task) -> str:
 
 def _task_table(tasks: list[Task]) -> Table:
     table = Table(show_edge=False, header_style="bold")
-    for column in ("id", "status", "subject", "owner", "attempt", "blocked by / waiting on"):
+    table.add_column("id", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    for column in ("subject", "owner", "attempt", "waiting on"):
         table.add_column(column)
     for t in tasks:
         waits = blocked_reason(t) or (", ".join(t.blocked_by) if t.blocked_by else "")
         table.add_row(t.id, status_markup(t), t.subject, t.owner or "", str(t.attempt), waits)
     return table
+
+
+def _reason_with_hint(task: Task) -> str:
+    reason = blocked_reason(task) or ""
+    if task.held_by_failed:
+        reason += " — `keel tasks reopen ID` puts a failed task back to pending"
+    return reason
 
 
 def _print_task(task: Task, events: list[TaskEvent] | None = None) -> None:
@@ -90,7 +99,7 @@ def _print_task(task: Task, events: list[TaskEvent] | None = None) -> None:
         ("attempt", str(task.attempt)),
         ("lease until", _when(task) if task.status is TaskStatus.IN_PROGRESS else ""),
         ("blocked by", ", ".join(task.blocked_by)),
-        ("waiting on", blocked_reason(task) or ""),
+        ("waiting on", _reason_with_hint(task)),
         ("result", task.result or ""),
         ("run", task.run_id or ""),
         ("idempotency key", task.idempotency_key or ""),

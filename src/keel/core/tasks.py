@@ -227,7 +227,7 @@ def blocked_reason(task: Task) -> str | None:
         return None
     if task.held_by_failed:
         failed = ", ".join(task.held_by_failed)
-        return f"held by failed blocker {failed} (reopen it with `keel tasks reopen`)"
+        return f"held by failed blocker {failed}"
     return f"waiting on {', '.join(task.waiting_on)}"
 
 
