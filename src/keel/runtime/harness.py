@@ -119,6 +119,7 @@ class Harness:
         parse_mode(mode)
         if plan_then is not None:
             parse_mode(plan_then)
+            mode = "plan"  # a follow-on mode means: plan first (as `keel run --plan-then`)
         policy = Policy.from_sources(workspace, Path(policy_file) if policy_file else None)
         options = RunOptions(
             model=self._model_spec(model),
