@@ -121,8 +121,15 @@ class Harness:
             parse_mode(plan_then)
             mode = "plan"  # a follow-on mode means: plan first (as `keel run --plan-then`)
         policy = Policy.from_sources(workspace, Path(policy_file) if policy_file else None)
+        spec = self._model_spec(model)
+        if not queued and (self._model is None or isinstance(self._model, str)):
+            # Refuse a run this process cannot drive (no model, missing API key)
+            # before anything is written; a queued run is checked by its worker.
+            if not spec:
+                raise ConfigError("no model for this run: pass --model SPEC or set KEEL_MODEL")
+            resolve_model(spec, cwd=Path.cwd())
         options = RunOptions(
-            model=self._model_spec(model),
+            model=spec,
             mode=mode,
             verify=tuple(verify),
             budget=budget or Budget(),
