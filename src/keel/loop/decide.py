@@ -44,6 +44,11 @@ REPLAN_NOTE = (
     "No progress: {what}. Stop repeating it. Re-read the goal and the last results, "
     "write a different plan with todo_write, and take a different next step."
 )
+PLAN_MODE_REPLAN_NOTE = (
+    "No progress: {what}. Stop repeating it: you are in plan mode, and writes and commands "
+    "stay refused until a person approves your plan. Write the plan with plan_write, then "
+    "call plan_exit with a short summary to ask for approval."
+)
 CONTROL_TOOLS = frozenset({"request_completion", "ask_user", "plan_write", "plan_exit"})
 SIDE_EFFECTS = frozenset({"write", "execute", "external"})
 DISPATCH_DIMENSIONS = (Dimension.TOOL_CALLS, Dimension.WALL_TIME)  # what running a call uses
@@ -195,13 +200,15 @@ def _before_model(state: RunState) -> Action:
     repeated = _repetition(state)
     if repeated is not None:
         if state.no_progress_step is None:
+            # In plan mode the way forward is the plan, not another todo list.
+            replan = PLAN_MODE_REPLAN_NOTE if state.mode == Mode.PLAN.value else REPLAN_NOTE
             return Commit(
                 events=(
                     NewEvent(
                         type=EventType.NO_PROGRESS_DETECTED,
                         data={"what": repeated, "step": state.usage.steps},
                     ),
-                    _note(REPLAN_NOTE.format(what=repeated)),
+                    _note(replan.format(what=repeated)),
                 )
             )
         if state.usage.steps >= state.no_progress_step + NO_PROGRESS_GRACE_STEPS:
