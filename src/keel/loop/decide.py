@@ -299,7 +299,7 @@ def _dispatch_next(state: RunState, sit: Situation) -> Action:
 
     grant = digest if digest in state.grants else None
     if name in CONTROL_TOOLS:
-        return Commit(events=_control(state, call_id, name, args))
+        return Commit(events=_control(state, call_id, name, args, grant))
     return RunTool(
         call_id=call_id,
         tool=name,
@@ -448,12 +448,15 @@ def _plan_exit(
 
 
 def _control(
-    state: RunState, call_id: str, name: str, args: dict[str, Any]
+    state: RunState, call_id: str, name: str, args: dict[str, Any], grant: str | None = None
 ) -> tuple[NewEvent, ...]:
+    """The events of a control tool; a grant it ran under is spent by its ``tool_finished``."""
     if name == "request_completion":
         summary = str(args.get("summary", ""))
         return (
-            _finished(call_id, name, args, "completion requested: the harness runs the verifiers"),
+            _finished(
+                call_id, name, args, "completion requested: the harness runs the verifiers", grant
+            ),
             transition(
                 state, RunStatus.VERIFYING, "completion requested", result={"summary": summary}
             ),
@@ -469,7 +472,7 @@ def _control(
     if name == "plan_write":
         return (
             NewEvent(type=EventType.PLAN_WRITTEN, data={"content": args["content"]}),
-            _finished(call_id, name, args, "plan saved (mirrored to plans/PLAN.md)"),
+            _finished(call_id, name, args, "plan saved (mirrored to plans/PLAN.md)", grant),
         )
     raise AssertionError(f"not a control tool: {name}")
 
@@ -640,11 +643,13 @@ def _failed(call_id: str, tool: str, arguments: Any, kind: str, message: str) ->
     )
 
 
-def _finished(call_id: str, tool: str, arguments: Any, output: str) -> NewEvent:
-    return NewEvent(
-        type=EventType.TOOL_FINISHED,
-        data={"call_id": call_id, "tool": tool, "arguments": arguments, "output": output},
-    )
+def _finished(
+    call_id: str, tool: str, arguments: Any, output: str, grant: str | None = None
+) -> NewEvent:
+    data = {"call_id": call_id, "tool": tool, "arguments": arguments, "output": output}
+    if grant is not None:
+        data["grant"] = grant  # the fold removes a spent grant
+    return NewEvent(type=EventType.TOOL_FINISHED, data=data)
 
 
 def _loose(raw: Any) -> Any:
