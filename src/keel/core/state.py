@@ -197,7 +197,15 @@ class RunState:
         s = _APPLY[event.type](self, event.data)
         elapsed = float(event.data.get("elapsed_s", 0.0))
         usage = s.usage.add(wall_seconds=elapsed) if elapsed else s.usage
-        return replace(s, usage=usage, last_seq=event.seq, updated_at=event.recorded_at.isoformat())
+        stamp = event.recorded_at.isoformat()
+        if s is self:
+            return replace(s, usage=usage, last_seq=event.seq, updated_at=stamp)
+        # ``s`` is a new object no one else has seen yet: finish it in place rather than
+        # copying all fields a second time (the fold runs for every stored event).
+        object.__setattr__(s, "usage", usage)
+        object.__setattr__(s, "last_seq", event.seq)
+        object.__setattr__(s, "updated_at", stamp)
+        return s
 
     # --- derived views -------------------------------------------------------------
 
