@@ -34,7 +34,7 @@ from keel.loop.fingerprint import changed_since, fingerprint
 from keel.loop.prepare import build_messages
 from keel.loop.transcript import Transcript
 from keel.models.base import Model, ModelRequest, RetryNotice, ToolSpec
-from keel.store.base import Store, iter_all_events
+from keel.store.base import Store
 from keel.tools.base import Effect, ToolContext, ToolResult
 from keel.tools.registry import ToolRegistry
 
@@ -42,6 +42,7 @@ SIDE_EFFECTS = frozenset({Effect.WRITE.value, Effect.EXECUTE.value, Effect.EXTER
 MAX_EVENT_OUTPUT = 64_000  # characters of a tool's output kept inline in its event
 VERIFIER_TIMEOUT_S = 900.0
 VERIFIER_OUTPUT_CAP = 2_000_000
+TRANSCRIPT_TAIL_EVENTS = 256  # first window of events read back to rebuild the conversation
 UNTRACKED_DIFF_CAP = 2_000_000  # characters of new files' content shown in the diff artifact
 
 EventSink = Callable[[Event, RunState], None]
@@ -81,7 +82,7 @@ class Driver:
 
     def __post_init__(self) -> None:
         self.workspace = Path(self.state.workspace).resolve()
-        self.transcript = Transcript(iter_all_events(self.store, self.state.run_id))
+        self.transcript = recent_transcript(self.store, self.state)
         self._catalog = RegistryCatalog(self.registry)
         self._specs = tuple(
             ToolSpec(name=s["name"], description=s["description"], parameters=s["parameters"])
@@ -467,6 +468,22 @@ class Driver:
             file_hashes=dict(self.state.changed_files),
             passed=code == 0,
         )
+
+
+def recent_transcript(store: Store, state: RunState) -> Transcript:
+    """The model's conversation rebuilt from the tail of the log, not all of it.
+
+    The window of events read grows until the transcript covers the model's view
+    (or reaches the run's first event), so resuming a long run costs the same as a
+    short one while the model sees exactly what the original process would have.
+    """
+    window = TRANSCRIPT_TAIL_EVENTS
+    while True:
+        after = max(0, state.last_seq - window)
+        transcript = Transcript(store.read_events(state.run_id, after=after))
+        if after == 0 or transcript.covers_view():
+            return transcript
+        window *= 4
 
 
 def _reconciled(call_id: str, outcome: str, detail: str) -> NewEvent:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections import deque
 from collections.abc import Iterable
+from itertools import islice
 from typing import Any
 
 from keel.core.events import Event, EventType
@@ -40,10 +41,16 @@ class Transcript:
 
     def view(self, limit: int = VIEW_MESSAGES) -> list[Message]:
         """The latest ``limit`` messages, never starting with an orphaned tool result."""
-        tail = list(self.messages)[-limit:]
-        while tail and tail[0].role == "tool":
-            tail.pop(0)
-        return tail
+        messages = self.messages
+        tail = list(islice(messages, max(0, len(messages) - limit), None))
+        start = 0
+        while start < len(tail) and tail[start].role == "tool":
+            start += 1
+        return tail[start:] if start else tail
+
+    def covers_view(self) -> bool:
+        """True when it holds enough messages that ``view()`` equals a rebuild from seq 1."""
+        return len(self.messages) > VIEW_MESSAGES
 
 
 def _message_for(kind: EventType, d: dict[str, Any]) -> Message | None:
