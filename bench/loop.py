@@ -1,0 +1,377 @@
+"""The agent loop's cost per durable step: Keel on SQLite next to LangGraph's SQLite checkpointer.
+
+One workload for both: N steps of (model turn -> one tool call -> its result), then a
+final answer. The model is scripted (deterministic turns, no network) and the tool is a
+no-op read, so what is measured is the harness: deciding, recording, persisting.
+
+- Keel: ``Harness`` on a SQLite file (WAL, synchronous=NORMAL, the default store); each
+  step's events are committed before the next step starts.
+- LangGraph: a two-node StateGraph (model -> tool -> model ...) compiled with
+  ``SqliteSaver`` on a SQLite file put in the same WAL/NORMAL mode, invoked with
+  ``durability="sync"`` so each step is persisted before the next (Keel's guarantee);
+  once with the default ``operator.add`` message channel and, if the installed version
+  has it, once with ``DeltaChannel``.
+
+Per N (50, 200, 1000): ms per step (total / N; Keel: best of ``--repeat`` runs), CPU ms
+per step (the machine may be shared), the mean of the first and last 50 steps (Keel),
+bytes stored per step (database file growth after a WAL checkpoint, / N), and
+Keel's peak traced memory. Resume: in a fresh process, the time to rebuild the N=1000
+run from its store (Keel: open store, load state, rebuild the model's transcript;
+LangGraph: open saver, ``get_state``), and for Keel the whole resume of a run waiting
+for an answer (lease, rebuild, one more step to completion) — interpreter start and
+imports excluded.
+
+    .venv/bin/python bench/loop.py [--sizes 50,200,1000] [--no-langgraph]
+
+Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import operator
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+from keel.core.budget import Budget
+from keel.core.events import Event, EventType
+from keel.core.state import RunState
+from keel.loop.transcript import Transcript
+from keel.models.base import ModelRequest, ModelTurn, TokenUsage, ToolCall
+from keel.runtime.harness import Harness
+from keel.store.base import iter_all_events
+from keel.store.url import open_store
+from keel.tools.base import Effect, ToolContext, ToolResult, tool
+from keel.tools.control import ask_user
+from keel.tools.registry import ToolRegistry
+
+try:  # the peer: pip install -e '.[bench]'
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.graph import END, START, StateGraph
+except ImportError:  # pragma: no cover
+    StateGraph = None
+try:  # DeltaChannel arrived in later langgraph releases
+    from langgraph.channels import DeltaChannel
+except ImportError:  # pragma: no cover
+    DeltaChannel = None
+
+WINDOW = 50  # steps averaged at the start and the end of a run
+NO_USAGE = TokenUsage(input_tokens=0, output_tokens=0)
+
+
+@tool(effect=Effect.READ)
+def noop(ctx: ToolContext, i: int) -> ToolResult:
+    """Do nothing and say so (the benchmark's read tool).
+
+    Args:
+        i: The step number, so no two calls are the same.
+    """
+    return ToolResult(output=f"ok {i}")
+
+
+class StepModel:
+    """Scripted turns made on demand: step i calls noop(i); step N finishes (or asks)."""
+
+    def __init__(self, steps: int, *, ask_at_end: bool = False) -> None:
+        self.spec = f"scripted:bench-{steps}"
+        self.steps = steps
+        self.ask_at_end = ask_at_end
+
+    def complete(self, request: ModelRequest) -> ModelTurn:
+        step = request.step
+        if step < self.steps:
+            call = ToolCall(id=f"call_{step}", name="noop", arguments=json.dumps({"i": step}))
+            return self._turn(None, (call,))
+        if step == self.steps and self.ask_at_end:
+            question = json.dumps({"question": "carry on?"})
+            return self._turn(None, (ToolCall(id="ask", name="ask_user", arguments=question),))
+        return self._turn("done", ())
+
+    def _turn(self, content: str | None, calls: tuple[ToolCall, ...]) -> ModelTurn:
+        return ModelTurn(content=content, tool_calls=calls, usage=NO_USAGE, cost=0.0, model="b")
+
+
+def bench_registry() -> ToolRegistry:
+    return ToolRegistry([noop, ask_user])
+
+
+def db_bytes(path: Path) -> int:
+    """The database file's size once its WAL is folded in."""
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
+    return path.stat().st_size
+
+
+# --- Keel ----------------------------------------------------------------------------------
+
+
+def keel_run(steps: int, folder: Path, *, ask_at_end: bool = False) -> tuple[dict[str, Any], str]:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"keel-{steps}.db"
+    marks: list[float] = []
+
+    def on_event(event: Event, state: RunState) -> None:
+        if event.type is EventType.MODEL_RESPONDED:
+            marks.append(time.perf_counter())
+
+    harness = Harness(
+        store=f"sqlite:///{path}",
+        model=StepModel(steps, ask_at_end=ask_at_end),
+        tools=bench_registry(),
+        on_event=on_event,
+    )
+    with harness:
+        empty = db_bytes(path)
+        budget = Budget(max_steps=2 * steps + 10, max_tool_calls=2 * steps + 10)
+        gc.collect()
+        started, cpu = time.perf_counter(), time.process_time()
+        outcome = harness.run("benchmark", cwd=folder, budget=budget)
+        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+        expected = "waiting" if ask_at_end else "completed"
+        assert outcome.status.value == expected, (outcome.status, outcome.stop_reason)
+        assert outcome.state.usage.tool_calls == steps
+    stored = db_bytes(path) - empty
+    result = {
+        "ms_per_step": round(elapsed / steps * 1000, 4),
+        "cpu_ms_per_step": round(cpu / steps * 1000, 4),
+        "first_steps_ms": _window_ms(marks[: WINDOW + 1]),
+        "last_steps_ms": _window_ms(marks[-(WINDOW + 1) :]),
+        "bytes_per_step": round(stored / steps),
+    }
+    return result, outcome.id
+
+
+def _window_ms(marks: Sequence[float]) -> float:
+    return round((marks[-1] - marks[0]) / (len(marks) - 1) * 1000, 4)
+
+
+def keel_peak_memory_kib(steps: int, folder: Path) -> float:
+    """Peak Python allocations while a run of ``steps`` is driven (traced separately)."""
+    harness = Harness(
+        store=f"sqlite:///{folder / f'keel-mem-{steps}.db'}",
+        model=StepModel(steps),
+        tools=bench_registry(),
+    )
+    with harness:
+        budget = Budget(max_steps=2 * steps + 10, max_tool_calls=2 * steps + 10)
+        gc.collect()
+        tracemalloc.start()
+        harness.run("benchmark", cwd=folder, budget=budget)
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    return round(peak / 1024, 1)
+
+
+def keel_resume_child(db: str, run_id: str, steps: int) -> dict[str, float]:
+    """In a fresh process: rebuild the run, then resume it to completion (timed apart)."""
+    t0 = time.perf_counter()
+    store = open_store(f"sqlite:///{db}")
+    opened = time.perf_counter()
+    state = store.load_run(run_id)
+    transcript = Transcript(iter_all_events(store, run_id))
+    rebuilt = time.perf_counter()
+    assert state.status.value == "waiting" and transcript.messages
+    store.close()
+
+    harness = Harness(
+        store=f"sqlite:///{db}", model=StepModel(steps, ask_at_end=True), tools=bench_registry()
+    )
+    harness.answer(run_id, "yes")
+    t1 = time.perf_counter()
+    outcome = harness.resume(run_id)
+    resumed = time.perf_counter()
+    assert outcome.status.value == "completed", outcome.stop_reason
+    harness.close()
+    return {
+        "rebuild_ms": round((rebuilt - t0) * 1000, 2),
+        "open_store_ms": round((opened - t0) * 1000, 2),
+        "resume_to_completion_ms": round((resumed - t1) * 1000, 2),
+    }
+
+
+# --- LangGraph -----------------------------------------------------------------------------
+
+
+def _concat(state: list[Any], writes: Sequence[list[Any]]) -> list[Any]:
+    """Batching-invariant reducer for DeltaChannel: append every written message."""
+    return [*state, *(m for batch in writes for m in batch)]
+
+
+class DefaultState(TypedDict):
+    messages: Annotated[list[Any], operator.add]
+    step: int
+
+
+if DeltaChannel is not None:
+
+    class DeltaState(TypedDict):
+        messages: Annotated[list[Any], DeltaChannel(_concat)]
+        step: int
+
+
+def langgraph_graph(steps: int, delta: bool, saver: Any) -> Any:
+    def model(state: dict[str, Any]) -> dict[str, Any]:
+        step = state["step"]
+        if step >= steps:
+            return {"messages": [{"kind": "assistant", "content": "done"}], "step": step + 1}
+        call = {"id": f"call_{step}", "name": "noop", "arguments": json.dumps({"i": step})}
+        message = {"kind": "assistant", "content": None, "calls": [call]}
+        return {"messages": [message], "step": step + 1}
+
+    def run_tool(state: dict[str, Any]) -> dict[str, Any]:
+        call = state["messages"][-1]["calls"][0]
+        i = json.loads(call["arguments"])["i"]
+        return {"messages": [{"kind": "tool", "call_id": call["id"], "content": f"ok {i}"}]}
+
+    def route(state: dict[str, Any]) -> str:
+        return END if state["step"] > steps else "tool"
+
+    builder = StateGraph(DeltaState if delta else DefaultState)
+    builder.add_node("model", model)
+    builder.add_node("tool", run_tool)
+    builder.add_edge(START, "model")
+    builder.add_conditional_edges("model", route, ["tool", END])
+    builder.add_edge("tool", "model")
+    return builder.compile(checkpointer=saver)
+
+
+def langgraph_saver(path: Path) -> tuple[Any, sqlite3.Connection]:
+    conn = sqlite3.connect(path, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    saver = SqliteSaver(conn)
+    saver.setup()
+    return saver, conn
+
+
+def langgraph_run(steps: int, folder: Path, *, delta: bool) -> dict[str, Any]:
+    path = folder / f"langgraph-{'delta' if delta else 'default'}-{steps}.db"
+    saver, conn = langgraph_saver(path)
+    graph = langgraph_graph(steps, delta, saver)
+    config = {"configurable": {"thread_id": "bench"}, "recursion_limit": 2 * steps + 10}
+    empty = db_bytes(path)
+    gc.collect()
+    started, cpu = time.perf_counter(), time.process_time()
+    final = graph.invoke({"messages": [], "step": 0}, config, durability="sync")
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+    assert len(final["messages"]) == 2 * steps + 1, len(final["messages"])
+    conn.close()
+    return {
+        "ms_per_step": round(elapsed / steps * 1000, 4),
+        "cpu_ms_per_step": round(cpu / steps * 1000, 4),
+        "bytes_per_step": round((db_bytes(path) - empty) / steps),
+        "db": str(path),
+    }
+
+
+def langgraph_resume_child(db: str, steps: int, delta: bool) -> dict[str, float]:
+    t0 = time.perf_counter()
+    saver, conn = langgraph_saver(Path(db))
+    graph = langgraph_graph(steps, delta, saver)
+    snapshot = graph.get_state({"configurable": {"thread_id": "bench"}})
+    rebuilt = time.perf_counter()
+    assert len(snapshot.values["messages"]) == 2 * steps + 1
+    conn.close()
+    return {"rebuild_ms": round((rebuilt - t0) * 1000, 2)}
+
+
+# --- driver --------------------------------------------------------------------------------
+
+
+def in_fresh_process(*args: str) -> dict[str, Any]:
+    """Run this script's ``--child`` mode in a new interpreter; its JSON answer."""
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    answer: dict[str, Any] = json.loads(proc.stdout)
+    return answer
+
+
+def ratio(a: float, b: float) -> float:
+    return round(a / b, 1) if b else float("inf")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="50,200,1000")
+    parser.add_argument("--no-langgraph", action="store_true")
+    parser.add_argument("--repeat", type=int, default=3, help="Keel runs per N (best is kept)")
+    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(CHILDREN[args.child[0]](*args.child[1:])))
+        return
+    sizes = [int(s) for s in args.sizes.split(",")]
+    largest = max(sizes)
+    report: dict[str, Any] = {"workload": "N x (model turn -> noop read tool -> result)"}
+    with tempfile.TemporaryDirectory(prefix="keel-bench-loop-") as tmp:
+        folder = Path(tmp)
+        keel_run(20, folder)  # warm up imports and caches
+        keel: dict[str, Any] = {}
+        for n in sizes:
+            tries = [keel_run(n, folder / f"try-{i}")[0] for i in range(args.repeat)]
+            result = min(tries, key=lambda r: r["ms_per_step"])
+            result["peak_memory_kib"] = keel_peak_memory_kib(n, folder)
+            keel[str(n)] = result
+        _, waiting_id = keel_run(largest, folder, ask_at_end=True)
+        keel["resume"] = {
+            "steps": largest,
+            **in_fresh_process(
+                "keel", str(folder / f"keel-{largest}.db"), waiting_id, str(largest)
+            ),
+        }
+        small, big = keel[str(min(sizes))], keel[str(largest)]
+        keel["growth_largest_vs_smallest"] = round(big["ms_per_step"] / small["ms_per_step"], 2)
+        report["keel"] = keel
+
+        if not args.no_langgraph and StateGraph is None:
+            report["langgraph"] = "not installed: pip install -e '.[bench]'"
+        elif not args.no_langgraph:
+            variants = ["default"] + (["delta"] if DeltaChannel is not None else [])
+            for variant in variants:
+                lg: dict[str, Any] = {}
+                for n in sizes:
+                    lg[str(n)] = langgraph_run(n, folder, delta=variant == "delta")
+                db = lg[str(largest)].pop("db")
+                for n in sizes:
+                    lg[str(n)].pop("db", None)
+                lg["resume"] = {
+                    "steps": largest,
+                    **in_fresh_process("langgraph", db, str(largest), variant),
+                }
+                lg["keel_speedup_per_step"] = {
+                    str(n): ratio(lg[str(n)]["ms_per_step"], keel[str(n)]["ms_per_step"])
+                    for n in sizes
+                }
+                report[f"langgraph_{variant}"] = lg
+            if not variants[1:]:
+                report["langgraph_delta"] = "DeltaChannel not in the installed langgraph"
+    print(json.dumps(report, indent=2))
+
+
+CHILDREN: dict[str, Callable[..., dict[str, Any]]] = {
+    "keel": lambda db, run_id, steps: keel_resume_child(db, run_id, int(steps)),
+    "langgraph": lambda db, steps, variant: langgraph_resume_child(
+        db, int(steps), variant == "delta"
+    ),
+}
+
+
+if __name__ == "__main__":
+    main()
