@@ -291,7 +291,9 @@ def _dispatch_next(state: RunState, sit: Situation) -> Action:
             )
         return Commit(events=tuple(events))
 
-    digest = approval_digest(name, args, str(sit.workspace))
+    # Hashing the call is only needed when an approval can be asked for or used up.
+    needs_digest = name == "plan_exit" or verdict.action == "ask" or bool(state.grants)
+    digest = approval_digest(name, args, str(sit.workspace)) if needs_digest else ""
     if name == "plan_exit":
         return _plan_exit(state, sit, call_id, args, digest)
     if verdict.action == "ask" and digest not in state.grants:
