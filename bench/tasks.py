@@ -26,14 +26,14 @@ from keel.store.sqlite.store import SQLiteStore
 LEASE_S = 30.0
 
 
-def _worker(path: str, owner: str, start_at: float, seconds: float, out: Any) -> None:
+def _worker(path: str, owner: str, seconds: float, ready: Any, go: Any, out: Any) -> None:
     store = SQLiteStore(path)
     claims: list[float] = []
     done = 0
-    while time.time() < start_at:
-        time.sleep(0.001)
-    stop = start_at + seconds
-    while time.time() < stop:
+    ready.put(owner)  # imported and opened: the clock starts only when all are
+    go.wait()
+    stop = time.monotonic() + seconds
+    while time.monotonic() < stop:
         store.create_task(f"task by {owner}", actor=owner)
         t0 = time.perf_counter()
         task = store.claim_task(owner=owner, lease_seconds=LEASE_S)
@@ -53,14 +53,16 @@ def run(processes: int, seconds: float, folder: Path) -> dict[str, Any]:
     path = str(folder / f"bench-{processes}.db")
     SQLiteStore(path).close()  # migrate once before the clock starts
     ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    start_at = time.time() + 1.5  # let every process import and open first
+    out, ready, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     procs = [
-        ctx.Process(target=_worker, args=(path, f"bench-{i}", start_at, seconds, out))
+        ctx.Process(target=_worker, args=(path, f"bench-{i}", seconds, ready, go, out))
         for i in range(processes)
     ]
     for p in procs:
         p.start()
+    for _ in procs:
+        ready.get(timeout=120)
+    go.set()
     results = [out.get(timeout=seconds + 60) for _ in procs]
     for p in procs:
         p.join(timeout=30)

@@ -218,7 +218,10 @@ def is_ready(status: TaskStatus, blockers: Mapping[str, TaskStatus]) -> bool:
 
 def with_blockers(task: Task, blockers: Mapping[str, TaskStatus]) -> Task:
     """``task`` with its derived fields filled from its blockers' statuses."""
-    return replace(task, waiting_on=waiting_on(blockers), held_by_failed=held_by_failed(blockers))
+    waiting, failed = waiting_on(blockers), held_by_failed(blockers)
+    if waiting == task.waiting_on and failed == task.held_by_failed:
+        return task  # the common case (nothing holds it): no copy
+    return replace(task, waiting_on=waiting, held_by_failed=failed)
 
 
 def blocked_reason(task: Task) -> str | None:
@@ -258,12 +261,13 @@ def apply_task_event(task: Task | None, event: TaskEvent) -> Task:
         )
     if event.seq != task.version + 1:
         raise ValueError(f"history of {task.id} has a gap: {task.version} then {event.seq}")
-    task = replace(task, updated_at=event.recorded_at, version=event.seq)
+    at, seq = event.recorded_at, event.seq
     match kind:
         case TaskEventType.DEPENDENCIES_ADDED:
-            return replace(task, blocked_by=(*task.blocked_by, *d["blocked_by"]))
+            blocked_by = (*task.blocked_by, *d["blocked_by"])
+            return replace(task, blocked_by=blocked_by, updated_at=at, version=seq)
         case TaskEventType.RECLAIMED | TaskEventType.RELEASED:
-            return _unleased(task, TaskStatus.PENDING)
+            return _unleased(task, TaskStatus.PENDING, task.result, at, seq)
         case TaskEventType.CLAIMED:
             return replace(
                 task,
@@ -272,25 +276,49 @@ def apply_task_event(task: Task | None, event: TaskEvent) -> Task:
                 lease_token=d["token"],
                 lease_expires_at=_time(d["lease_expires_at"]),
                 attempt=d["attempt"],
+                updated_at=at,
+                version=seq,
             )
         case TaskEventType.HEARTBEAT:
-            return replace(task, lease_expires_at=_time(d["lease_expires_at"]))
+            expires = _time(d["lease_expires_at"])
+            return replace(task, lease_expires_at=expires, updated_at=at, version=seq)
         case TaskEventType.RUN_LINKED:
-            return replace(task, run_id=d["run_id"])
+            return replace(task, run_id=d["run_id"], updated_at=at, version=seq)
         case TaskEventType.COMPLETED:
-            done = replace(task, status=TaskStatus.COMPLETED, result=d.get("result"))
-            return replace(done, lease_token=None, lease_expires_at=None)
+            return _finished(task, TaskStatus.COMPLETED, d.get("result"), at, seq)
         case TaskEventType.FAILED:
-            failed = replace(task, status=TaskStatus.FAILED, result=d.get("reason"))
-            return replace(failed, lease_token=None, lease_expires_at=None)
+            return _finished(task, TaskStatus.FAILED, d.get("reason"), at, seq)
         case TaskEventType.REOPENED:
-            return replace(_unleased(task, TaskStatus.PENDING), result=None)
+            return _unleased(task, TaskStatus.PENDING, None, at, seq)
         case TaskEventType.CREATED:
             raise ValueError(f"task {task.id} was created twice in its history")
 
 
-def _unleased(task: Task, status: TaskStatus) -> Task:
-    return replace(task, status=status, owner=None, lease_token=None, lease_expires_at=None)
+def _unleased(task: Task, status: TaskStatus, result: str | None, at: datetime, seq: int) -> Task:
+    """Back to no owner and no lease (release, reclaim, reopen)."""
+    return replace(
+        task,
+        status=status,
+        owner=None,
+        lease_token=None,
+        lease_expires_at=None,
+        result=result,
+        updated_at=at,
+        version=seq,
+    )
+
+
+def _finished(task: Task, status: TaskStatus, result: str | None, at: datetime, seq: int) -> Task:
+    """Completed or failed: the owner stays on record, the lease ends."""
+    return replace(
+        task,
+        status=status,
+        result=result,
+        lease_token=None,
+        lease_expires_at=None,
+        updated_at=at,
+        version=seq,
+    )
 
 
 def replay_task(events: Iterable[TaskEvent]) -> Task:

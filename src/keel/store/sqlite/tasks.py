@@ -105,11 +105,21 @@ def _describe_blockers(blockers: dict[str, TaskStatus]) -> str:
 
 
 class _TaskTransaction:
-    """One write transaction's view: the database time and the fold-and-write step."""
+    """One write transaction's view: the database time and the fold-and-write step.
+
+    The clock is read by the transaction's first statement (``load_task``,
+    ``claim_candidate`` or ``id_taken``) and is then the time of every event it writes.
+    """
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
-        self.now: float = conn.execute(Q["now"]).fetchone()[0]
+        self._now: float | None = None
+
+    @property
+    def now(self) -> float:
+        if self._now is None:
+            self._now = float(self.conn.execute(Q["now"]).fetchone()[0])
+        return self._now
 
     @property
     def moment(self) -> datetime:
@@ -119,12 +129,27 @@ class _TaskTransaction:
         rows = self.conn.execute(Q["blockers_of"], {"id": task_id}).fetchall()
         return {b: TaskStatus(s) for b, s in rows}
 
+    def _loaded(self, row: Sequence[Any]) -> tuple[Task, dict[str, TaskStatus]]:
+        if self._now is None:
+            self._now = float(row[15])
+        blockers = {b: TaskStatus(s) for b, s in json.loads(row[16])}
+        return _task_from_row(row, tuple(blockers)), blockers
+
     def load(self, task_id: str) -> tuple[Task, dict[str, TaskStatus]]:
-        row = self.conn.execute(Q["get_task"], {"id": task_id}).fetchone()
+        row = self.conn.execute(Q["load_task"], {"id": task_id}).fetchone()
         if row is None:
             raise TaskNotFound(task_id)
-        blockers = self.blockers(task_id)
-        return _task_from_row(row, tuple(blockers)), blockers
+        return self._loaded(row)
+
+    def oldest_claimable(self) -> tuple[Task, dict[str, TaskStatus]] | None:
+        row = self.conn.execute(Q["claim_candidate"]).fetchone()
+        return self._loaded(row) if row is not None else None
+
+    def id_taken(self, task_id: str) -> bool:
+        now, taken = self.conn.execute(Q["id_taken"], {"id": task_id}).fetchone()
+        if self._now is None:
+            self._now = float(now)
+        return bool(taken)
 
     def existing(self, ids: Sequence[str]) -> set[str]:
         rows = self.conn.execute(Q["existing_ids"], {"ids": json.dumps(list(ids))}).fetchall()
@@ -322,7 +347,7 @@ class SQLiteTasks:
                 if row is not None:
                     task, blockers = tx.load(row[0])
                     return with_blockers(task, blockers)
-            task_id = self._fresh_id(conn)
+            task_id = self._fresh_id(tx)
             new = validate_dependencies(
                 task_id, blocked_by, existing=tx.existing, blockers_of=tx.blocker_ids
             )
@@ -410,10 +435,12 @@ class SQLiteTasks:
         with self._db.write() as conn:
             tx = _TaskTransaction(conn)
             if task_id is None:
-                task_id = self._oldest_claimable(conn, tx.now)
-                if task_id is None:
+                found = tx.oldest_claimable()
+                if found is None:
                     return None
-            task, blockers = tx.load(task_id)
+                task, blockers = found
+            else:
+                task, blockers = tx.load(task_id)
             self._check_claimable(task, blockers, tx.now)
             return tx.claim(task, owner=owner, lease_seconds=lease_seconds)
 
@@ -483,10 +510,10 @@ class SQLiteTasks:
 
     # --- inside a transaction --------------------------------------------------------
 
-    def _fresh_id(self, conn: sqlite3.Connection) -> str:
+    def _fresh_id(self, tx: _TaskTransaction) -> str:
         for _ in range(_ID_ATTEMPTS):
             candidate = self.task_id_factory()
-            if conn.execute(Q["task_exists"], {"id": candidate}).fetchone() is None:
+            if not tx.id_taken(candidate):
                 return candidate
         raise StoreError(
             f"{self._db.path}: {_ID_ATTEMPTS} fresh task ids in a row were already taken; "
@@ -508,15 +535,6 @@ class SQLiteTasks:
     ) -> None:
         for blocker in blockers:
             conn.execute(Q["insert_dependency"], {"task_id": task_id, "blocker_id": blocker})
-
-    @staticmethod
-    def _oldest_claimable(conn: sqlite3.Connection, now: float) -> str | None:
-        ready = conn.execute(Q["oldest_ready"]).fetchone()
-        expired = conn.execute(Q["oldest_expired"], {"now": now}).fetchone()
-        candidates = [c for c in (ready, expired) if c is not None]
-        if not candidates:
-            return None
-        return str(min(candidates, key=lambda c: c[1])[0])
 
     @staticmethod
     def _check_claimable(task: Task, blockers: dict[str, TaskStatus], now: float) -> None:

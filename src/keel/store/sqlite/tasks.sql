@@ -67,16 +67,6 @@ UPDATE tasks SET open_blockers = open_blockers - 1
 WHERE id IN (SELECT task_id FROM task_dependencies WHERE blocker_id = :id)
 RETURNING id, status, open_blockers
 
--- name: oldest_ready
-SELECT id, position FROM tasks
-WHERE status = 'pending' AND open_blockers = 0
-ORDER BY position LIMIT 1
-
--- name: oldest_expired
-SELECT id, position FROM tasks
-WHERE status = 'in_progress' AND lease_expires_at <= :now
-ORDER BY position LIMIT 1
-
 -- name: list_tasks
 SELECT id, subject, description, status, owner, lease_token, lease_expires_at, attempt,
        result, run_id, options, idempotency_key, created_at, updated_at, version
@@ -103,3 +93,46 @@ FROM tasks WHERE id IN (SELECT value FROM json_each(:ids)) ORDER BY position
 
 -- name: statuses_of
 SELECT id, status FROM tasks WHERE id IN (SELECT value FROM json_each(:ids))
+
+-- name: load_task
+-- A write transaction's first read: the row, the database clock (one value for the
+-- whole statement) and the blockers with their statuses as JSON, in added order.
+SELECT t.id, t.subject, t.description, t.status, t.owner, t.lease_token, t.lease_expires_at,
+       t.attempt, t.result, t.run_id, t.options, t.idempotency_key, t.created_at,
+       t.updated_at, t.version,
+       ((julianday('now') - 2440587.5) * 86400.0) AS now,
+       (SELECT json_group_array(json_array(blocker_id, status))
+        FROM (SELECT d.blocker_id, b.status
+              FROM task_dependencies d JOIN tasks b ON b.id = d.blocker_id
+              WHERE d.task_id = t.id ORDER BY d.position)) AS blockers
+FROM tasks t WHERE t.id = :id
+
+-- name: claim_candidate
+-- The oldest claimable task, loaded like load_task: pending with no open blocker, or
+-- in progress with a lease that expired by this statement's clock.
+WITH clock (now) AS (SELECT (julianday('now') - 2440587.5) * 86400.0),
+pick (id, position) AS (
+    SELECT id, position FROM (
+        SELECT id, position FROM tasks
+        WHERE status = 'pending' AND open_blockers = 0
+        ORDER BY position LIMIT 1)
+    UNION ALL
+    SELECT id, position FROM (
+        SELECT id, position FROM tasks
+        WHERE status = 'in_progress' AND lease_expires_at <= (SELECT now FROM clock)
+        ORDER BY position LIMIT 1)
+    ORDER BY position LIMIT 1)
+SELECT t.id, t.subject, t.description, t.status, t.owner, t.lease_token, t.lease_expires_at,
+       t.attempt, t.result, t.run_id, t.options, t.idempotency_key, t.created_at,
+       t.updated_at, t.version,
+       (SELECT now FROM clock) AS now,
+       (SELECT json_group_array(json_array(blocker_id, status))
+        FROM (SELECT d.blocker_id, b.status
+              FROM task_dependencies d JOIN tasks b ON b.id = d.blocker_id
+              WHERE d.task_id = t.id ORDER BY d.position)) AS blockers
+FROM tasks t WHERE t.id = (SELECT id FROM pick)
+
+-- name: id_taken
+-- Whether a drawn id is in use, with the database clock for the creating transaction.
+SELECT ((julianday('now') - 2440587.5) * 86400.0) AS now,
+       EXISTS (SELECT 1 FROM tasks WHERE id = :id) AS taken
