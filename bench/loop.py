@@ -6,11 +6,13 @@ no-op read, so what is measured is the harness: deciding, recording, persisting.
 
 - Keel: ``Harness`` on a SQLite file (WAL, synchronous=NORMAL, the default store); each
   step's events are committed before the next step starts.
+  ``synchronous_full`` repeats it with ``?synchronous=full`` (an fsync per commit).
 - LangGraph: a two-node StateGraph (model -> tool -> model ...) compiled with
-  ``SqliteSaver`` on a SQLite file put in the same WAL/NORMAL mode, invoked with
-  ``durability="sync"`` so each step is persisted before the next (Keel's guarantee);
-  once with the default ``operator.add`` message channel and, if the installed version
-  has it, once with ``DeltaChannel``.
+  ``SqliteSaver``, invoked with ``durability="sync"`` so each step is persisted before
+  the next (Keel's guarantee); with the default ``operator.add`` message channel and,
+  if the installed version has it, with ``DeltaChannel``. Plain variants use the
+  connection as ``SqliteSaver.from_conn_string`` opens it (rollback journal, fsync per
+  commit); ``_wal`` variants put it in Keel's WAL/NORMAL mode, so only the harness differs.
 
 Per N (50, 200, 1000): ms per step (total / N; Keel: best of ``--repeat`` runs), CPU ms
 per step (the machine may be shared), the mean of the first and last 50 steps (Keel),
@@ -45,10 +47,9 @@ from typing import Annotated, Any, TypedDict
 from keel.core.budget import Budget
 from keel.core.events import Event, EventType
 from keel.core.state import RunState
-from keel.loop.transcript import Transcript
+from keel.loop.driver import recent_transcript
 from keel.models.base import ModelRequest, ModelTurn, TokenUsage, ToolCall
 from keel.runtime.harness import Harness
-from keel.store.base import iter_all_events
 from keel.store.url import open_store
 from keel.tools.base import Effect, ToolContext, ToolResult, tool
 from keel.tools.control import ask_user
@@ -117,7 +118,9 @@ def db_bytes(path: Path) -> int:
 # --- Keel ----------------------------------------------------------------------------------
 
 
-def keel_run(steps: int, folder: Path, *, ask_at_end: bool = False) -> tuple[dict[str, Any], str]:
+def keel_run(
+    steps: int, folder: Path, *, ask_at_end: bool = False, query: str = ""
+) -> tuple[dict[str, Any], str]:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"keel-{steps}.db"
     marks: list[float] = []
@@ -127,7 +130,7 @@ def keel_run(steps: int, folder: Path, *, ask_at_end: bool = False) -> tuple[dic
             marks.append(time.perf_counter())
 
     harness = Harness(
-        store=f"sqlite:///{path}",
+        store=f"sqlite:///{path}{query}",
         model=StepModel(steps, ask_at_end=ask_at_end),
         tools=bench_registry(),
         on_event=on_event,
@@ -180,7 +183,7 @@ def keel_resume_child(db: str, run_id: str, steps: int) -> dict[str, float]:
     store = open_store(f"sqlite:///{db}")
     opened = time.perf_counter()
     state = store.load_run(run_id)
-    transcript = Transcript(iter_all_events(store, run_id))
+    transcript = recent_transcript(store, state)
     rebuilt = time.perf_counter()
     assert state.status.value == "waiting" and transcript.messages
     store.close()
@@ -247,18 +250,22 @@ def langgraph_graph(steps: int, delta: bool, saver: Any) -> Any:
     return builder.compile(checkpointer=saver)
 
 
-def langgraph_saver(path: Path) -> tuple[Any, sqlite3.Connection]:
+def langgraph_saver(path: Path, wal: bool) -> tuple[Any, sqlite3.Connection]:
+    """The saver as ``SqliteSaver.from_conn_string`` makes it, or on Keel's WAL/NORMAL."""
     conn = sqlite3.connect(path, check_same_thread=False)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=NORMAL")
+    if wal:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
     saver = SqliteSaver(conn)
     saver.setup()
     return saver, conn
 
 
-def langgraph_run(steps: int, folder: Path, *, delta: bool) -> dict[str, Any]:
-    path = folder / f"langgraph-{'delta' if delta else 'default'}-{steps}.db"
-    saver, conn = langgraph_saver(path)
+def langgraph_run(steps: int, folder: Path, *, delta: bool, wal: bool) -> dict[str, Any]:
+    path = (
+        folder / f"langgraph-{'delta' if delta else 'default'}-{'wal' if wal else 'db'}-{steps}.db"
+    )
+    saver, conn = langgraph_saver(path, wal)
     graph = langgraph_graph(steps, delta, saver)
     config = {"configurable": {"thread_id": "bench"}, "recursion_limit": 2 * steps + 10}
     empty = db_bytes(path)
@@ -276,9 +283,9 @@ def langgraph_run(steps: int, folder: Path, *, delta: bool) -> dict[str, Any]:
     }
 
 
-def langgraph_resume_child(db: str, steps: int, delta: bool) -> dict[str, float]:
+def langgraph_resume_child(db: str, steps: int, delta: bool, wal: bool) -> dict[str, float]:
     t0 = time.perf_counter()
-    saver, conn = langgraph_saver(Path(db))
+    saver, conn = langgraph_saver(Path(db), wal)
     graph = langgraph_graph(steps, delta, saver)
     snapshot = graph.get_state({"configurable": {"thread_id": "bench"}})
     rebuilt = time.perf_counter()
@@ -336,6 +343,10 @@ def main(argv: Sequence[str] | None = None) -> None:
                 "keel", str(folder / f"keel-{largest}.db"), waiting_id, str(largest)
             ),
         }
+        keel["synchronous_full"] = {
+            str(n): keel_run(n, folder / "full", query="?synchronous=full")[0]["ms_per_step"]
+            for n in sizes
+        }
         small, big = keel[str(min(sizes))], keel[str(largest)]
         keel["growth_largest_vs_smallest"] = round(big["ms_per_step"] / small["ms_per_step"], 2)
         report["keel"] = keel
@@ -343,14 +354,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         if not args.no_langgraph and StateGraph is None:
             report["langgraph"] = "not installed: pip install -e '.[bench]'"
         elif not args.no_langgraph:
-            variants = ["default"] + (["delta"] if DeltaChannel is not None else [])
+            variants = ["default", "default_wal"]
+            variants += ["delta", "delta_wal"] if DeltaChannel is not None else []
             for variant in variants:
                 lg: dict[str, Any] = {}
                 for n in sizes:
-                    lg[str(n)] = langgraph_run(n, folder, delta=variant == "delta")
-                db = lg[str(largest)].pop("db")
+                    lg[str(n)] = langgraph_run(
+                        n, folder, delta=variant.startswith("delta"), wal=variant.endswith("_wal")
+                    )
+                db = lg[str(largest)]["db"]
                 for n in sizes:
-                    lg[str(n)].pop("db", None)
+                    del lg[str(n)]["db"]
                 lg["resume"] = {
                     "steps": largest,
                     **in_fresh_process("langgraph", db, str(largest), variant),
@@ -360,7 +374,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                     for n in sizes
                 }
                 report[f"langgraph_{variant}"] = lg
-            if not variants[1:]:
+            if DeltaChannel is None:
                 report["langgraph_delta"] = "DeltaChannel not in the installed langgraph"
     print(json.dumps(report, indent=2))
 
@@ -368,7 +382,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 CHILDREN: dict[str, Callable[..., dict[str, Any]]] = {
     "keel": lambda db, run_id, steps: keel_resume_child(db, run_id, int(steps)),
     "langgraph": lambda db, steps, variant: langgraph_resume_child(
-        db, int(steps), variant == "delta"
+        db, int(steps), variant.startswith("delta"), variant.endswith("_wal")
     ),
 }
 
