@@ -337,6 +337,18 @@ def test_claim_next_run_takes_the_oldest_queued_run_once(store: Store) -> None:
     assert store.claim_next_run(owner="w3", ttl=30) is None
 
 
+def test_claim_next_run_takes_a_running_run_whose_holder_let_go(store: Store) -> None:
+    state = make_run(store)
+    lease = store.acquire_run_lease(state.run_id, owner="cli", ttl=30)
+    assert store.claim_next_run(owner="worker", ttl=30) is None  # held
+    store.release_run_lease(lease)  # Ctrl-C, a graceful stop, or a wait for a person
+    assert store.current_run_lease(state.run_id) is None
+    claimed = store.claim_next_run(owner="worker", ttl=30)
+    assert claimed is not None
+    assert claimed[0].run_id == state.run_id and claimed[1].owner == "worker"
+    assert store.claim_next_run(owner="other", ttl=30) is None
+
+
 def test_claim_next_run_recovers_a_running_run_whose_holder_died(store: Store) -> None:
     state = make_run(store, queued=True)
     claimed = store.claim_next_run(owner="dead", ttl=0.2)

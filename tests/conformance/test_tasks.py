@@ -18,7 +18,9 @@ from keel.core.errors import (
     TaskNotFound,
 )
 from keel.core.tasks import Task, TaskEventType, TaskStatus
+from keel.core.status import RunStatus
 from keel.store.base import Store
+from keel.testing.stores import append, make_run, move
 from keel.testing.tasks import assert_history_reproduces, four_task_example
 
 LONG = 60.0  # a lease that never expires during a test
@@ -465,3 +467,20 @@ def test_every_history_is_gapless_and_replays_to_the_stored_row(store: Store) ->
         events = assert_history_reproduces(store, task.id)
         assert all(e.actor for e in events)
     assert store.get_task(ex.database.id).version == 5
+
+
+def test_a_task_whose_run_waits_for_a_person_is_not_claimable_until_answered(
+    store: Store,
+) -> None:
+    task = store.create_task("deploy", actor="lead")
+    held = store.claim_task(owner="w1", lease_seconds=30)
+    assert held is not None and held.lease_token is not None
+    run = make_run(store, task_id=task.id)
+    store.link_task_run(task.id, run.run_id, owner="w1", token=held.lease_token)
+    waiting, _ = append(store, run, [move(run, RunStatus.WAITING, "approval:call_1")])
+    store.release_task(task.id, owner="w1", token=held.lease_token)
+
+    assert store.claim_task(owner="w2", lease_seconds=30) is None
+    append(store, waiting, [move(waiting, RunStatus.RUNNING)])
+    again = store.claim_task(owner="w2", lease_seconds=30)
+    assert again is not None and again.id == task.id and again.run_id == run.run_id

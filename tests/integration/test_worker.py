@@ -139,3 +139,53 @@ def test_sigterm_finishes_the_step_releases_the_task_and_exits_zero(tmp_path: Pa
     assert finished.run_id == released.run_id  # the same run was resumed, not restarted
     assert store.load_run(released.run_id).usage.tool_calls == 1
     store.close()
+
+
+def test_a_task_whose_run_waits_for_approval_is_handed_back_then_finished_after_approval(
+    tmp_path: Path,
+) -> None:
+    asks = _script(
+        tmp_path,
+        "asks.json",
+        [
+            {
+                "tool_calls": [
+                    {"name": "run_command", "arguments": {"argv": ["sh", "-c", "echo x >> log"]}}
+                ]
+            },
+            {"content": "logged"},
+        ],
+    )
+    store = SQLiteStore(tmp_path / "keel.db")
+    task = store.create_task(
+        "log once", actor="lead", options={"cwd": str(tmp_path), "model": asks, "mode": "edit"}
+    )
+    first = _worker(tmp_path, "--until-idle")
+    _, err = first.communicate(timeout=60)
+    assert first.returncode == 0, err  # idle: the waiting task is not claimed over and over
+
+    parked = store.get_task(task.id)
+    assert parked.status is TaskStatus.PENDING
+    assert parked.run_id is not None
+    assert store.load_run(parked.run_id).status is RunStatus.WAITING
+    assert not (tmp_path / "log").exists()
+    assert store.claim_task(owner="someone", lease_seconds=5) is None
+
+    approve = subprocess.run(
+        [*KEEL, "approve", parked.run_id, "--store", f"sqlite:///{tmp_path / 'keel.db'}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert approve.returncode == 0, approve.stderr
+    second = _worker(tmp_path, "--until-idle")
+    _, err = second.communicate(timeout=60)
+    assert second.returncode == 0, err
+
+    done = store.get_task(task.id)
+    assert done.status is TaskStatus.COMPLETED, err
+    assert done.run_id == parked.run_id
+    assert (tmp_path / "log").read_text() == "x\n"  # approved once, ran once
+    store.close()

@@ -63,11 +63,14 @@ WHERE id = ? AND lease_token = ?
 RETURNING lease_expires_at
 
 -- name: release_run_lease
-UPDATE runs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+UPDATE runs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = 0
 WHERE id = ? AND lease_token = ?
 
 -- name: next_claimable_run
--- The oldest queued run nobody holds, or a running/verifying run whose holder's lease ran out.
+-- The oldest queued run nobody holds, or a running/verifying run nobody holds any more: its
+-- holder's lease ran out (it died) or was released (Ctrl-C, a graceful stop, or the run
+-- waited for a person who has now answered). A run just created to be driven by its own
+-- process has no lease at all (NULL) and is not taken from under it.
 SELECT id FROM runs
 WHERE (status = 'queued'
        AND (lease_expires_at IS NULL

@@ -115,6 +115,11 @@ pick (id, position) AS (
     SELECT id, position FROM (
         SELECT id, position FROM tasks
         WHERE status = 'pending' AND open_blockers = 0
+          -- a task whose run waits for a person is not work for a claimer; the run
+          -- itself is picked up by claim_next_run once the person answered
+          AND (run_id IS NULL
+               OR NOT EXISTS (SELECT 1 FROM runs r
+                              WHERE r.id = tasks.run_id AND r.status = 'waiting'))
         ORDER BY position LIMIT 1)
     UNION ALL
     SELECT id, position FROM (
