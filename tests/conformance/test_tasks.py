@@ -17,8 +17,8 @@ from keel.core.errors import (
     TaskNotClaimable,
     TaskNotFound,
 )
-from keel.core.tasks import Task, TaskEventType, TaskStatus
 from keel.core.status import RunStatus
+from keel.core.tasks import Task, TaskEventType, TaskStatus
 from keel.store.base import Store
 from keel.testing.stores import append, make_run, move
 from keel.testing.tasks import assert_history_reproduces, four_task_example
