@@ -9,9 +9,6 @@ nothing ready exits 1.
 
 from __future__ import annotations
 
-import getpass
-import os
-import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import StrEnum
@@ -23,11 +20,11 @@ from keel.cli.common import JsonOption, StoreOption, console, err_console, keel_
 from keel.cli.common import store_url as resolve_store_url
 from keel.cli.task_graph import render_mermaid, render_tree, status_markup
 from keel.core.tasks import Task, TaskEvent, TaskStatus, blocked_reason
+from keel.runtime.identity import default_owner
 from keel.store.base import Store
 from keel.store.url import open_store
 
 DEFAULT_LEASE_S = 3600.0
-ACTOR_ENV = "KEEL_AGENT_ID"
 
 tasks_app = typer.Typer(
     name="tasks",
@@ -39,18 +36,6 @@ tasks_app = typer.Typer(
 class GraphFormat(StrEnum):
     TEXT = "text"  # a coloured tree in the terminal
     MERMAID = "mermaid"  # Mermaid flowchart text
-
-
-def default_owner() -> str:
-    """``KEEL_AGENT_ID``, else ``user@host``: stable across commands of one person."""
-    agent = os.environ.get(ACTOR_ENV, "").strip()
-    if agent:
-        return agent
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = "user"
-    return f"{user}@{socket.gethostname()}"
 
 
 OwnerOption = typer.Option(

@@ -12,7 +12,7 @@ INCARNATION = uuid.uuid4().hex[:8]  # fresh every process start
 
 def default_owner() -> str:
     """``KEEL_AGENT_ID``, else ``user@host``: stable across commands."""
-    explicit = os.environ.get("KEEL_AGENT_ID")
+    explicit = os.environ.get("KEEL_AGENT_ID", "").strip()
     if explicit:
         return explicit
     try:
