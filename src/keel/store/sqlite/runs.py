@@ -39,6 +39,7 @@ from keel.store.sql import load_queries
 from keel.store.sqlite.connection import Database
 
 Q = load_queries("keel.store.sqlite", "runs.sql")
+_EVENT_TYPES = {t.value: t for t in EventType}  # a dict lookup is ~5x cheaper than EventType(v)
 STATE_CACHE_SIZE = 256
 ARTIFACT_ID_HEX = 32
 
@@ -304,13 +305,13 @@ class SQLiteRuns:
     def _events(conn: sqlite3.Connection, run_id: str, after: int, limit: int) -> list[Event]:
         loads = json.loads
         parse = datetime.fromisoformat
-        types = EventType
+        types = _EVENT_TYPES
         return [
             Event(
                 run_id=run_id,
                 seq=seq,
                 event_id=event_id,
-                type=types(kind),
+                type=types[kind],
                 recorded_at=parse(recorded_at),
                 data=loads(data),
             )
