@@ -19,6 +19,7 @@ SECRET_VARIABLES = ("DEEPSEEK_API_KEY", "OPENAI_API_KEY", "KEEL_MODEL", "KEEL_ST
 
 def run_demo(cwd: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in SECRET_VARIABLES}
+    env["TMPDIR"] = str(cwd)  # the demo's temporary workspace lands inside the test's dir
     return subprocess.run(
         [KEEL, "demo", *extra],
         cwd=cwd,
@@ -50,6 +51,7 @@ def test_demo_completes_offline_with_verifier_evidence_in_the_default_store(
         assert state.status is RunStatus.COMPLETED
         assert state.mode == "auto"
         workspace = Path(state.workspace)
+        assert workspace.is_relative_to(tmp_path)
         assert FIXED_PIN in (workspace / "requirements.txt").read_text()
         assert (workspace / "tests" / "test_dependencies.py").exists()
         # The story: inspect, plan, change the pin, add a test, run the tests, complete.
