@@ -10,7 +10,7 @@ steps, so persisting a step costs O(new events).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from keel.core.budget import Budget, Usage
@@ -199,7 +199,7 @@ class RunState:
         usage = s.usage.add(wall_seconds=elapsed) if elapsed else s.usage
         stamp = event.recorded_at.isoformat()
         if s is self:
-            return replace(s, usage=usage, last_seq=event.seq, updated_at=stamp)
+            return _evolve(s, usage=usage, last_seq=event.seq, updated_at=stamp)
         # ``s`` is a new object no one else has seen yet: finish it in place rather than
         # copying all fields a second time (the fold runs for every stored event).
         object.__setattr__(s, "usage", usage)
@@ -302,6 +302,18 @@ class RunState:
         )
 
 
+_FIELDS: tuple[str, ...] = ()  # RunState's fields, filled in below the class
+
+
+def _evolve(state: RunState, **changes: Any) -> RunState:
+    """A copy of ``state`` with ``changes``: what ``dataclasses.replace`` does, without
+    re-running ``__init__`` (the fold runs once per stored event, so this is hot)."""
+    new = object.__new__(RunState)
+    for name in _FIELDS:
+        object.__setattr__(new, name, changes[name] if name in changes else getattr(state, name))
+    return new
+
+
 def transition(state: RunState, to: RunStatus, reason: str | None, **extra: Any) -> NewEvent:
     """The ``status_changed`` event that moves ``state`` to ``to``; raises InvalidTransition."""
     stored = check_transition(state.status, to, reason)
@@ -315,6 +327,9 @@ def call_signature(tool: str, arguments: Any) -> str:
     return f"{tool}:{canonical_json(arguments)}"
 
 
+_FIELDS = tuple(RunState.__dataclass_fields__)
+
+
 # --- one function per event type -------------------------------------------------------
 
 
@@ -324,7 +339,7 @@ def _push(items: tuple[str, ...], item: str, keep: int) -> tuple[str, ...]:
 
 def _run_created(s: RunState, d: dict[str, Any]) -> RunState:
     options = RunOptions.from_dict(d.get("options", {}))
-    return replace(
+    return _evolve(
         s,
         parent_id=d.get("parent_id"),
         goal=d.get("goal", ""),
@@ -340,7 +355,7 @@ def _status_changed(s: RunState, d: dict[str, Any]) -> RunState:
     to = RunStatus(d["to"])
     pending = s.pending if to is RunStatus.WAITING else None
     result = d.get("result", s.result)
-    return replace(s, status=to, reason=d.get("reason"), pending=pending, result=result)
+    return _evolve(s, status=to, reason=d.get("reason"), pending=pending, result=result)
 
 
 def _model_responded(s: RunState, d: dict[str, Any]) -> RunState:
@@ -350,7 +365,7 @@ def _model_responded(s: RunState, d: dict[str, Any]) -> RunState:
         {"id": c["id"], "name": c["name"], "arguments": c["arguments"]}
         for c in d.get("tool_calls", ())
     )
-    return replace(
+    return _evolve(
         s,
         usage=s.usage.add(steps=1, tokens=tokens, cost=float(d.get("cost", 0.0))),
         turn_calls=calls,
@@ -366,7 +381,7 @@ def _tool_started(s: RunState, d: dict[str, Any]) -> RunState:
     grants = s.grants
     if d.get("grant"):
         grants = {k: v for k, v in s.grants.items() if k != d["grant"]}
-    return replace(s, open_calls=open_calls, grants=grants)
+    return _evolve(s, open_calls=open_calls, grants=grants)
 
 
 _OPEN_CALL_KEYS = ("call_id", "key", "tool", "arguments", "effect", "recovery", "intent")
@@ -379,7 +394,7 @@ def _tool_finished(s: RunState, d: dict[str, Any]) -> RunState:
     if d.get("grant"):
         grants = {k: v for k, v in s.grants.items() if k != d["grant"]}
     signature = call_signature(d.get("tool", ""), d.get("arguments"))
-    return replace(
+    return _evolve(
         s,
         grants=grants,
         usage=s.usage.add(tool_calls=1),
@@ -398,7 +413,7 @@ def _tool_failed(s: RunState, d: dict[str, Any]) -> RunState:
     changed: dict[str, str] = d.get("changed_files") or {}
     signature = call_signature(d.get("tool", ""), d.get("arguments"))
     message = str(d.get("message", ""))
-    return replace(
+    return _evolve(
         s,
         usage=s.usage.add(tool_calls=1),
         turn_calls=_answered(s, d.get("call_id")),
@@ -434,7 +449,7 @@ def _call_reconciled(s: RunState, d: dict[str, Any]) -> RunState:
         if keep_open
         else {k: v for k, v in s.open_calls.items() if k != d.get("call_id")}
     )
-    return replace(
+    return _evolve(
         s,
         open_calls=open_calls,
         changed_files={**s.changed_files, **changed} if changed else s.changed_files,
@@ -444,7 +459,7 @@ def _call_reconciled(s: RunState, d: dict[str, Any]) -> RunState:
 
 def _approval_requested(s: RunState, d: dict[str, Any]) -> RunState:
     kind = d.get("kind", "approval")
-    return replace(
+    return _evolve(
         s,
         pending=PendingRequest(
             kind=kind,
@@ -460,55 +475,55 @@ def _approval_requested(s: RunState, d: dict[str, Any]) -> RunState:
 
 def _approval_granted(s: RunState, d: dict[str, Any]) -> RunState:
     grants = {**s.grants, d["digest"]: d["call_id"]} if d.get("digest") else s.grants
-    return replace(s, pending=None, grants=grants)
+    return _evolve(s, pending=None, grants=grants)
 
 
 def _approval_denied(s: RunState, d: dict[str, Any]) -> RunState:
-    return replace(s, pending=None)
+    return _evolve(s, pending=None)
 
 
 def _input_requested(s: RunState, d: dict[str, Any]) -> RunState:
-    return replace(
+    return _evolve(
         s, pending=PendingRequest(kind="question", call_id=d["call_id"], question=d["question"])
     )
 
 
 def _input_received(s: RunState, d: dict[str, Any]) -> RunState:
-    return replace(s, pending=None, turn_calls=_answered(s, d.get("call_id")))
+    return _evolve(s, pending=None, turn_calls=_answered(s, d.get("call_id")))
 
 
 def _budget_warning(s: RunState, d: dict[str, Any]) -> RunState:
     dim = str(d["dimension"])
-    return s if dim in s.warned else replace(s, warned=(*s.warned, dim))
+    return s if dim in s.warned else _evolve(s, warned=(*s.warned, dim))
 
 
 def _todo_updated(s: RunState, d: dict[str, Any]) -> RunState:
-    return replace(s, todos=tuple(Todo(**t) for t in d.get("todos", ())))
+    return _evolve(s, todos=tuple(Todo(**t) for t in d.get("todos", ())))
 
 
 def _plan_written(s: RunState, d: dict[str, Any]) -> RunState:
-    return replace(s, plan=d.get("content"))
+    return _evolve(s, plan=d.get("content"))
 
 
 def _mode_changed(s: RunState, d: dict[str, Any]) -> RunState:
-    return replace(s, mode=d["to"])
+    return _evolve(s, mode=d["to"])
 
 
 def _note_added(s: RunState, d: dict[str, Any]) -> RunState:
-    return replace(s, notes=_push(s.notes, str(d.get("text", "")), NOTES_KEPT))
+    return _evolve(s, notes=_push(s.notes, str(d.get("text", "")), NOTES_KEPT))
 
 
 def _verification_done(s: RunState, d: dict[str, Any]) -> RunState:
     records = tuple(ValidationRecord.from_dict(r) for r in d.get("records", ()))
-    return replace(s, validations=s.validations + records)
+    return _evolve(s, validations=s.validations + records)
 
 
 def _no_progress(s: RunState, d: dict[str, Any]) -> RunState:
-    return replace(s, no_progress_step=s.usage.steps)
+    return _evolve(s, no_progress_step=s.usage.steps)
 
 
 def _task_linked(s: RunState, d: dict[str, Any]) -> RunState:
-    return replace(s, task_id=d.get("task_id"))
+    return _evolve(s, task_id=d.get("task_id"))
 
 
 def _unchanged(s: RunState, d: dict[str, Any]) -> RunState:
