@@ -146,7 +146,7 @@ class PendingRequest:
         )
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)  # no slots: the fold copies its __dict__ (see _evolve)
 class RunState:
     """Everything the next step of a run needs; a pure fold of the run's events."""
 
@@ -202,9 +202,10 @@ class RunState:
             return _evolve(s, usage=usage, last_seq=event.seq, updated_at=stamp)
         # ``s`` is a new object no one else has seen yet: finish it in place rather than
         # copying all fields a second time (the fold runs for every stored event).
-        object.__setattr__(s, "usage", usage)
-        object.__setattr__(s, "last_seq", event.seq)
-        object.__setattr__(s, "updated_at", stamp)
+        fields = s.__dict__
+        fields["usage"] = usage
+        fields["last_seq"] = event.seq
+        fields["updated_at"] = stamp
         return s
 
     # --- derived views -------------------------------------------------------------
@@ -302,15 +303,13 @@ class RunState:
         )
 
 
-_FIELDS: tuple[str, ...] = ()  # RunState's fields, filled in below the class
-
-
 def _evolve(state: RunState, **changes: Any) -> RunState:
     """A copy of ``state`` with ``changes``: what ``dataclasses.replace`` does, without
     re-running ``__init__`` (the fold runs once per stored event, so this is hot)."""
     new = object.__new__(RunState)
-    for name in _FIELDS:
-        object.__setattr__(new, name, changes[name] if name in changes else getattr(state, name))
+    fields = new.__dict__
+    fields.update(state.__dict__)
+    fields.update(changes)
     return new
 
 
@@ -325,9 +324,6 @@ def transition(state: RunState, to: RunStatus, reason: str | None, **extra: Any)
 
 def call_signature(tool: str, arguments: Any) -> str:
     return f"{tool}:{canonical_json(arguments)}"
-
-
-_FIELDS = tuple(RunState.__dataclass_fields__)
 
 
 # --- one function per event type -------------------------------------------------------

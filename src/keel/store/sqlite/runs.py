@@ -30,6 +30,7 @@ from keel.core.errors import (
     LeaseLost,
     NotFound,
     RunNotFound,
+    StoreError,
 )
 from keel.core.events import Event, EventType, NewEvent
 from keel.core.state import RunOptions, RunState
@@ -41,6 +42,7 @@ from keel.store.sqlite.connection import Database
 Q = load_queries("keel.store.sqlite", "runs.sql")
 _EVENT_TYPES = {t.value: t for t in EventType}  # a dict lookup is ~5x cheaper than EventType(v)
 STATE_CACHE_SIZE = 256
+SNAPSHOT_EVERY = 48  # events between snapshot rewrites (a status change always rewrites)
 ARTIFACT_ID_HEX = 32
 
 
@@ -89,7 +91,7 @@ class SQLiteRuns:
     """Runs, events, run leases and artifacts of ``SQLiteStore`` (mixin over ``_db``)."""
 
     _db: Database
-    _states: OrderedDict[str, RunState]
+    _states: OrderedDict[str, tuple[RunState, int]]  # run id -> (state, snapshot's seq)
     _states_guard: threading.Lock
 
     def _init_runs(self) -> None:
@@ -98,23 +100,28 @@ class SQLiteRuns:
 
     # --- state cache -----------------------------------------------------------------
 
-    def _cached(self, run_id: str, last_seq: int) -> RunState | None:
+    def _cached(self, run_id: str, last_seq: int) -> tuple[RunState, int] | None:
         with self._states_guard:
-            state = self._states.get(run_id)
-            if state is None or state.last_seq != last_seq:
+            entry = self._states.get(run_id)
+            if entry is None or entry[0].last_seq != last_seq:
                 return None
             self._states.move_to_end(run_id)
-            return state
+            return entry
 
-    def _remember(self, state: RunState) -> None:
+    def _remember(self, state: RunState, snapshot_seq: int) -> None:
         with self._states_guard:
-            self._states[state.run_id] = state
+            self._states[state.run_id] = (state, snapshot_seq)
             self._states.move_to_end(state.run_id)
             while len(self._states) > STATE_CACHE_SIZE:
                 self._states.popitem(last=False)
 
     def _state_at(self, conn: sqlite3.Connection, run_id: str, last_seq: int) -> RunState:
         """The run's state at ``last_seq`` (from memory, else the snapshot plus later events)."""
+        return self._state_and_snapshot_seq(conn, run_id, last_seq)[0]
+
+    def _state_and_snapshot_seq(
+        self, conn: sqlite3.Connection, run_id: str, last_seq: int
+    ) -> tuple[RunState, int]:
         cached = self._cached(run_id, last_seq)
         if cached is not None:
             return cached
@@ -122,10 +129,11 @@ class SQLiteRuns:
         if row is None:
             raise RunNotFound(run_id)
         state = RunState.from_dict(json.loads(row[0]))
-        for event in self._events(conn, run_id, state.last_seq, -1):
+        snapshot_seq = state.last_seq
+        for event in self._events(conn, run_id, snapshot_seq, -1):
             state = state.apply(event)
-        self._remember(state)
-        return state
+        self._remember(state, snapshot_seq)
+        return state, snapshot_seq
 
     # --- runs and events -------------------------------------------------------------
 
@@ -196,7 +204,7 @@ class SQLiteRuns:
                 Q["insert_event"],
                 (run_id, 1, event.event_id, event.type.value, now_text, data_text),
             )
-        self._remember(state)
+        self._remember(state, 1)
         return state
 
     def append_events(
@@ -213,56 +221,100 @@ class SQLiteRuns:
         run's current unexpired lease -> LeaseLost; an illegal ``status_changed`` ->
         InvalidTransition. In every refused case nothing is written.
         """
-        with self._db.write() as conn:
-            head = conn.execute(Q["run_head"], (run_id,)).fetchone()
-            if head is None:
-                raise RunNotFound(run_id)
-            last_seq, token, lease_live, lease_owner = head
-            if last_seq != expected_seq:
-                raise ConcurrentUpdate(run_id, expected_seq, last_seq)
-            if lease_token is not None and (token != lease_token or not lease_live):
-                detail = (
-                    f"now held by {lease_owner}"
-                    if token not in (None, lease_token)
-                    else "the lease expired"
-                    if token == lease_token
-                    else "the lease was released"
-                )
-                raise LeaseLost(run_id, detail)
-            if not events:
-                return self._state_at(conn, run_id, last_seq), []
-            state = self._state_at(conn, run_id, last_seq)
-            loads = json.loads
-            now = datetime.now(UTC)
-            now_text = utc_text(now)
-            stored: list[Event] = []
-            rows = []
-            seq = last_seq
-            for new in events:
-                seq += 1
-                data = new.data
-                if new.type is EventType.STATUS_CHANGED:
-                    data = _checked_status_change(state.status, data)
-                text = dump_json(data)
-                data = loads(text)  # fold exactly what a reader of the log will see
-                event = Event(
-                    run_id=run_id,
-                    seq=seq,
-                    event_id=new_event_id(),
-                    type=new.type,
-                    recorded_at=now,
-                    data=data,
-                )
-                state = state.apply(event)
-                stored.append(event)
-                rows.append((run_id, seq, event.event_id, new.type.value, now_text, text))
-            conn.executemany(Q["insert_event"], rows)
-            conn.execute(
-                Q["update_run_state"],
-                (dump_json(state.to_dict()), state.status.value, seq, now_text, run_id),
+        if not events:
+            with self._db.write() as conn:
+                self._check_head(conn, run_id, expected_seq, lease_token)
+                return self._state_at(conn, run_id, expected_seq), []
+        # Fold first, outside the write lock: the base state comes from memory when this
+        # process wrote the run last; the conditional UPDATE below proves it is current.
+        cached = self._cached(run_id, expected_seq)
+        if cached is None:
+            with self._db.read() as conn:
+                self._check_head(conn, run_id, expected_seq, None)
+                cached = self._state_and_snapshot_seq(conn, run_id, expected_seq)
+        base, snapshot_seq = cached
+        state = base
+        loads = json.loads
+        now = datetime.now(UTC)
+        now_text = utc_text(now)
+        stored: list[Event] = []
+        rows = []
+        seq = expected_seq
+        for new in events:
+            seq += 1
+            data = new.data
+            if new.type is EventType.STATUS_CHANGED:
+                data = _checked_status_change(state.status, data)
+            text = dump_json(data)
+            data = loads(text)  # fold exactly what a reader of the log will see
+            event = Event(
+                run_id=run_id,
+                seq=seq,
+                event_id=new_event_id(),
+                type=new.type,
+                recorded_at=now,
+                data=data,
             )
-        self._remember(state)
+            state = state.apply(event)
+            stored.append(event)
+            rows.append((run_id, seq, event.event_id, new.type.value, now_text, text))
+        # The snapshot is rewritten on every status change and every SNAPSHOT_EVERY events;
+        # readers fold the few events after it, so an append stays O(new events).
+        rewrite = state.status is not base.status or seq - snapshot_seq >= SNAPSHOT_EVERY
+        with self._db.write() as conn:
+            if rewrite:
+                params: tuple[object, ...] = (
+                    dump_json(state.to_dict()),
+                    state.status.value,
+                    seq,
+                    now_text,
+                    run_id,
+                    expected_seq,
+                    lease_token,
+                    lease_token,
+                )
+                cursor = conn.execute(Q["advance_run_with_snapshot"], params)
+            else:
+                params = (
+                    state.status.value,
+                    seq,
+                    now_text,
+                    run_id,
+                    expected_seq,
+                    lease_token,
+                    lease_token,
+                )
+                cursor = conn.execute(Q["advance_run"], params)
+            if cursor.rowcount != 1:
+                self._check_head(conn, run_id, expected_seq, lease_token)
+                raise StoreError(f"append to {run_id} refused and no reason found; retry")
+            conn.executemany(Q["insert_event"], rows)
+        self._remember(state, seq if rewrite else snapshot_seq)
         return state, stored
+
+    def _check_head(
+        self,
+        conn: sqlite3.Connection,
+        run_id: str,
+        expected_seq: int,
+        lease_token: str | None,
+    ) -> None:
+        """Raise what refuses an append: RunNotFound, ConcurrentUpdate or LeaseLost."""
+        head = conn.execute(Q["run_head"], (run_id,)).fetchone()
+        if head is None:
+            raise RunNotFound(run_id)
+        last_seq, token, lease_live, lease_owner = head
+        if last_seq != expected_seq:
+            raise ConcurrentUpdate(run_id, expected_seq, last_seq)
+        if lease_token is not None and (token != lease_token or not lease_live):
+            detail = (
+                f"now held by {lease_owner}"
+                if token not in (None, lease_token)
+                else "the lease expired"
+                if token == lease_token
+                else "the lease was released"
+            )
+            raise LeaseLost(run_id, detail)
 
     def load_run(self, run_id: str) -> RunState:
         with self._db.read() as conn:
@@ -274,7 +326,7 @@ class SQLiteRuns:
                 rows = conn.execute(Q["list_runs"], (limit,)).fetchall()
             else:
                 rows = conn.execute(Q["list_runs_by_status"], (status.value, limit)).fetchall()
-        return [RunState.from_dict(json.loads(row[0])) for row in rows]
+            return [self._state_at(conn, run_id, last_seq) for run_id, last_seq in rows]
 
     def read_events(self, run_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
         with self._db.read() as conn:

@@ -27,17 +27,28 @@ FROM runs WHERE id = ?
 -- name: run_snapshot
 SELECT snapshot, last_seq FROM runs WHERE id = ?
 
--- name: update_run_state
-UPDATE runs SET snapshot = ?, status = ?, last_seq = ?, updated_at = ? WHERE id = ?
+-- name: advance_run_with_snapshot
+-- One step's head move, only if the writer saw the last sequence and (when it writes
+-- under a lease) still holds that lease; 0 rows changed means refused.
+UPDATE runs SET snapshot = ?, status = ?, last_seq = ?, updated_at = ?
+WHERE id = ? AND last_seq = ?
+  AND (? IS NULL
+       OR (lease_token = ? AND lease_expires_at > ((julianday('now') - 2440587.5) * 86400.0)))
+
+-- name: advance_run
+UPDATE runs SET status = ?, last_seq = ?, updated_at = ?
+WHERE id = ? AND last_seq = ?
+  AND (? IS NULL
+       OR (lease_token = ? AND lease_expires_at > ((julianday('now') - 2440587.5) * 86400.0)))
 
 -- name: last_seq
 SELECT last_seq FROM runs WHERE id = ?
 
 -- name: list_runs
-SELECT snapshot FROM runs ORDER BY created_at DESC, rowid DESC LIMIT ?
+SELECT id, last_seq FROM runs ORDER BY created_at DESC, rowid DESC LIMIT ?
 
 -- name: list_runs_by_status
-SELECT snapshot FROM runs WHERE status = ? ORDER BY created_at DESC, rowid DESC LIMIT ?
+SELECT id, last_seq FROM runs WHERE status = ? ORDER BY created_at DESC, rowid DESC LIMIT ?
 
 -- name: read_events
 SELECT seq, event_id, type, recorded_at, data FROM events
