@@ -15,18 +15,19 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Final, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from keel.core.errors import KeelError, StoreError
+from keel.core.errors import ConfigError, KeelError, StoreError
 
 T = TypeVar("T")
 RETRIES: Final = 5
 POOL_MAX: Final = 8
 APPLICATION_NAME: Final = "keel"
+SYNCHRONOUS_COMMIT: Final = ("on", "off", "local", "remote_write", "remote_apply")
 _RETRYABLE = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure)
 
 
@@ -39,13 +40,35 @@ def redacted(url: str) -> str:
     return url
 
 
+def session_settings(url: str) -> tuple[str, str]:
+    """``(libpq URL, options)``: Keel's own ``synchronous_commit`` query parameter is
+    taken out of the URL and becomes a session setting next to ``TimeZone=UTC``.
+
+    ``?synchronous_commit=off`` trades the last fraction of a second of commits on a
+    *server* crash for not waiting on fsync at each commit (PostgreSQL never corrupts
+    or half-applies a transaction either way); the default is ``on``.
+    """
+    parts = urlsplit(url)
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    kept = [(k, v) for k, v in pairs if k != "synchronous_commit"]
+    mode = next((v for k, v in reversed(pairs) if k == "synchronous_commit"), "on").lower()
+    if mode not in SYNCHRONOUS_COMMIT:
+        raise ConfigError(
+            f"store URL {redacted(url)}: synchronous_commit must be one of "
+            + ", ".join(SYNCHRONOUS_COMMIT)
+        )
+    options = f"-c TimeZone=UTC -c synchronous_commit={mode}"
+    return urlunsplit(parts._replace(query=urlencode(kept))), options
+
+
 def connect(url: str, *, application_name: str = APPLICATION_NAME) -> psycopg.Connection[Any]:
     """One autocommit UTC session outside the pool (the listener, migrations, tests)."""
+    conninfo, options = session_settings(url)
     try:
         return psycopg.connect(
-            url,
+            conninfo,
             autocommit=True,
-            options="-c TimeZone=UTC",
+            options=options,
             application_name=application_name,
         )
     except psycopg.Error as exc:
@@ -59,15 +82,16 @@ class Database:
         self.url = url
         self.location = redacted(url)
         self._closed = False
+        conninfo, options = session_settings(url)
         try:
             self.pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
-                url,
+                conninfo,
                 min_size=1,
                 max_size=max_size,
                 timeout=timeout,
                 kwargs={
                     "autocommit": True,
-                    "options": "-c TimeZone=UTC",
+                    "options": options,
                     "application_name": APPLICATION_NAME,
                 },
                 name="keel",

@@ -163,6 +163,8 @@ class PostgresRuns:
                     raise RunNotFound(parent_id) from None
                 raise
             if row is not None:
+                with self._db.connection() as conn:
+                    conn.execute(Q["notify_events"], {"id": run_id, "last_seq": 1})
                 self._remember(state)
                 return state
             # A used idempotency key (loop finds it) or a run id collision (draw again).
@@ -197,8 +199,10 @@ class PostgresRuns:
                 return state, []
             new_state, stored, params = _fold_step(state, events)
             params.update({"id": run_id, "expected": expected_seq, "token": lease_token})
-            with self._db.connection() as conn:
-                written = conn.execute(Q["append_events"], params).fetchall()
+            with self._db.connection() as conn, conn.pipeline():
+                appended = conn.execute(Q["append_events"], params)
+                conn.execute(Q["notify_events"], {"id": run_id, "last_seq": new_state.last_seq})
+                written = appended.fetchall()
             if written:
                 self._remember(new_state)
                 return new_state, stored

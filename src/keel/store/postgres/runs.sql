@@ -42,6 +42,13 @@ FROM head, unnest(%(seqs)s::bigint[], %(event_ids)s::text[], %(types)s::text[],
                   %(datas)s::text[]) AS e (seq, event_id, type, data)
 RETURNING seq
 
+-- name: notify_events
+-- After an append commits: wake followers. Sent in the append's pipeline as its own
+-- transaction, committed without waiting for fsync (a lost wake-up only delays a
+-- follower to its next poll).
+SELECT pg_notify('keel_events', %(id)s || ':' || %(last_seq)s),
+       set_config('synchronous_commit', 'off', true)
+
 -- name: run_head
 -- Why an append was refused: the sequence and whether the token still holds.
 SELECT last_seq, lease_token, lease_expires_at > now(), lease_owner

@@ -202,8 +202,10 @@ class PostgresTasks:
         }
         if not blocked_by:
             params.update(blocked_by=[], open_blockers=0, data=_created_data(params, ()))
-            with self._db.connection() as conn:
-                row = conn.execute(Q["create_task"], params).fetchone()
+            with self._db.connection() as conn, conn.pipeline():
+                created = conn.execute(Q["create_task"], params)
+                conn.execute(Q["notify_work"])
+                row = created.fetchone()
             return _task(row) if row is not None else None
         with self._db.transaction() as conn:
             locked = dict(conn.execute(Q["lock_blockers"], {"ids": list(blocked_by)}).fetchall())
@@ -220,7 +222,12 @@ class PostgresTasks:
                 data=_created_data(params, new),
             )
             row = conn.execute(Q["create_task"], params).fetchone()
-        return _task(row, statuses) if row is not None else None
+        if row is None:
+            return None
+        if not any(s != TaskStatus.COMPLETED.value for s in statuses):
+            with self._db.connection() as conn:
+                conn.execute(Q["notify_work"])
+        return _task(row, statuses)
 
     def add_dependencies(self, task_id: str, blocked_by: Sequence[str], *, actor: str) -> Task:
         """Only on a pending task; validation happens before anything is written.

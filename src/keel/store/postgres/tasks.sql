@@ -25,6 +25,12 @@ WITH task AS (
 )
 SELECT * FROM task
 
+-- name: notify_work
+-- After a task is created ready: wake idle workers. Sent in the creation's pipeline as
+-- its own transaction, committed without waiting for fsync, so creations do not
+-- serialise on the notification queue (a lost wake-up only delays a poll).
+SELECT pg_notify('keel_work', ''), set_config('synchronous_commit', 'off', true)
+
 -- name: task_id_by_key
 SELECT id FROM tasks WHERE idempotency_key = %(key)s
 
@@ -187,6 +193,9 @@ SELECT * FROM claimed
 
 -- name: heartbeat_task
 -- Extend the lease of the current, unexpired holder (owner and token) and record it.
+-- Committed asynchronously (no fsync wait): a heartbeat lost in a server crash only
+-- makes the lease the database granted shorter, which fences its holder sooner; no
+-- one ever relied on the longer lease.
 WITH task AS (
     UPDATE tasks
     SET lease_expires_at = now() + make_interval(secs => %(lease)s),
@@ -202,7 +211,7 @@ WITH task AS (
            json_build_object('lease_expires_at', keel_iso(lease_expires_at))
     FROM task
 )
-SELECT * FROM task
+SELECT task.* FROM task, (SELECT set_config('synchronous_commit', 'off', true)) AS async
 
 -- name: complete_task
 SELECT id, subject, description, status, owner, lease_token, lease_expires_at, attempt,

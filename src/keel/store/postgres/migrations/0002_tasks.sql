@@ -57,7 +57,10 @@ CREATE FUNCTION keel_iso(moment timestamptz) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     RETURN to_char(moment AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"');
 
--- keel_work: a task became ready (created ready, released, reopened, unblocked).
+-- keel_work: a task became ready (released, reopened, unblocked). A task created
+-- ready is announced by the store right after its commit instead (see tasks.sql,
+-- notify_work): a NOTIFY inside a transaction serialises its commit with every
+-- other notifying commit, fsync included, and creation is the hot path.
 CREATE FUNCTION keel_notify_ready() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM pg_notify('keel_work', '');
@@ -65,9 +68,6 @@ BEGIN
 END
 $$;
 
-CREATE TRIGGER tasks_ready_inserted AFTER INSERT ON tasks FOR EACH ROW
-    WHEN (NEW.status = 'pending' AND NEW.open_blockers = 0)
-    EXECUTE FUNCTION keel_notify_ready();
 CREATE TRIGGER tasks_ready_updated AFTER UPDATE ON tasks FOR EACH ROW
     WHEN (NEW.status = 'pending' AND NEW.open_blockers = 0
           AND (OLD.status <> 'pending' OR OLD.open_blockers <> 0))
