@@ -120,7 +120,9 @@ def test_claim_uses_its_index_on_a_table_with_a_million_finished_tasks(
         plan = "\n".join(
             r[0] for r in conn.execute("EXPLAIN " + TASKS_SQL["claim_next_task"], params)
         )
-    assert "tasks_claimable" in plan, plan
+    assert "Index Scan using tasks_ready on tasks r" in plan, plan  # the ready side
+    leased_side = plan.split("tasks x", 1)[1].splitlines()[:2]  # the expired-lease side
+    assert "Index Cond" in " ".join(leased_side), plan
     assert "Seq Scan on tasks" not in plan, plan
     started = time.perf_counter()
     claimed = store.claim_task(owner="w", lease_seconds=30)

@@ -88,12 +88,15 @@ WHERE id = %(id)s AND lease_token = %(token)s AND lease_expires_at > now()
 RETURNING lease_expires_at
 
 -- name: release_run_lease
-UPDATE runs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+-- Released = expired long ago (not NULL): a worker may now take the run over, while a
+-- run just created for its own process to drive (no lease yet, NULL) is left alone.
+UPDATE runs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = 'epoch'
 WHERE id = %(id)s AND lease_token = %(token)s
 
 -- name: claim_next_run
--- Lease the oldest queued run nobody holds, or a running/verifying run whose holder's
--- lease ran out: one row, locked with SKIP LOCKED so concurrent claimers take others.
+-- Lease the oldest queued run nobody holds, or a running/verifying run nobody holds any
+-- more (its lease ran out or was released): one row, locked with SKIP LOCKED so
+-- concurrent claimers take others.
 WITH picked AS (
     SELECT id FROM runs
     WHERE status IN ('queued', 'running', 'verifying')

@@ -110,22 +110,32 @@ FROM task_events WHERE task_id = %(id)s ORDER BY seq
 SELECT 1 FROM tasks WHERE id = %(id)s
 
 -- name: claim_next_task
--- The oldest claimable task, in one statement: pending with every blocker completed
--- (re-checked here, and a pending task whose run waits for a person is left alone),
--- or in progress with an expired lease (reclaimed: task_reclaimed then task_claimed).
--- One row is locked (SKIP LOCKED: concurrent claimers take the next one).
+-- The next claimable task, in one statement: first an in-progress task whose lease
+-- expired (reclaimed: task_reclaimed then task_claimed), else the oldest pending task
+-- with every blocker completed (re-checked here; a pending task whose run waits for a
+-- person is left alone). Each side is one index scan locking at most one row with
+-- SKIP LOCKED, and the ready side runs only when no lease has expired (COALESCE
+-- evaluates lazily), so exactly one row is locked and claimed.
 WITH picked AS (
     SELECT t.id, t.status, t.owner, t.lease_token, t.lease_expires_at, t.version
     FROM tasks t
-    WHERE ((t.status = 'pending' AND t.open_blockers = 0) OR t.status = 'in_progress')
-      AND (t.status = 'pending' OR t.lease_expires_at <= now())
-      AND (t.status = 'in_progress' OR t.run_id IS NULL
-           OR NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = t.run_id AND r.status = 'waiting'))
-      AND NOT EXISTS (SELECT 1 FROM task_dependencies d JOIN tasks b ON b.id = d.blocker_id
-                      WHERE d.task_id = t.id AND b.status <> 'completed')
-    ORDER BY t.position
-    LIMIT 1
-    FOR UPDATE OF t SKIP LOCKED
+    WHERE t.id = COALESCE(
+        (SELECT x.id FROM tasks x
+         WHERE x.status = 'in_progress' AND x.lease_expires_at <= now()
+         ORDER BY x.lease_expires_at
+         LIMIT 1
+         FOR UPDATE SKIP LOCKED),
+        (SELECT r.id FROM tasks r
+         WHERE r.status = 'pending' AND r.open_blockers = 0
+           AND (r.run_id IS NULL OR NOT EXISTS (
+                SELECT 1 FROM runs w WHERE w.id = r.run_id AND w.status = 'waiting'))
+           AND NOT EXISTS (
+                SELECT 1 FROM task_dependencies d JOIN tasks b ON b.id = d.blocker_id
+                WHERE d.task_id = r.id AND b.status <> 'completed')
+         ORDER BY r.position
+         LIMIT 1
+         FOR UPDATE SKIP LOCKED))
+    FOR UPDATE
 ), reclaimed AS (
     INSERT INTO task_events (task_id, seq, type, actor, recorded_at, data)
     SELECT id, version + 1, 'task_reclaimed', %(owner)s, now(),

@@ -48,14 +48,15 @@ CREATE TRIGGER events_append_only BEFORE UPDATE OR DELETE ON events
 CREATE TRIGGER events_no_truncate BEFORE TRUNCATE ON events
     FOR EACH STATEMENT EXECUTE FUNCTION keel_refuse_change();
 
--- NOTIFY keel_work: a run became claimable (queued, or a queued run's lease was given
--- back). keel_events ("run_id:last_seq", for followers) is sent by the store right after
+-- NOTIFY keel_work: a run became claimable (queued, or its lease was given back). keel_events ("run_id:last_seq", for followers) is sent by the store right after
 -- each append commits (runs.sql, notify_events), outside the append's transaction: a
 -- NOTIFY inside it would serialise every append's commit, fsync included.
 CREATE FUNCTION keel_notify_run() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF NEW.status = 'queued' AND NEW.lease_token IS NULL
-       AND (TG_OP = 'INSERT' OR OLD.status <> 'queued' OR OLD.lease_token IS NOT NULL) THEN
+    IF NEW.lease_token IS NULL AND (
+           (NEW.status = 'queued' AND (TG_OP = 'INSERT' OR OLD.status <> 'queued'))
+           OR (TG_OP = 'UPDATE' AND OLD.lease_token IS NOT NULL
+               AND NEW.status IN ('queued', 'running', 'verifying'))) THEN
         PERFORM pg_notify('keel_work', '');
     END IF;
     RETURN NULL;

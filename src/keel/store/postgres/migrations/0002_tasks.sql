@@ -23,10 +23,10 @@ CREATE TABLE tasks (
     open_blockers integer NOT NULL      -- blockers not completed (kept in each transaction)
 );
 
--- Everything a claim may take: ready tasks and leased ones (whose lease may lapse).
--- Finished tasks are not in it, so a claim's cost does not grow with history.
-CREATE INDEX tasks_claimable ON tasks (position)
-    WHERE (status = 'pending' AND open_blockers = 0) OR status = 'in_progress';
+-- What a claim scans: ready tasks by age, and leases by expiry. Finished tasks are in
+-- neither, so a claim's cost does not grow with history, nor with tasks held by others.
+CREATE INDEX tasks_ready ON tasks (position) WHERE status = 'pending' AND open_blockers = 0;
+CREATE INDEX tasks_leased ON tasks (lease_expires_at) WHERE status = 'in_progress';
 CREATE INDEX tasks_by_status ON tasks (status, position);
 
 CREATE TABLE task_dependencies (
