@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -17,6 +17,22 @@ class Dimension(StrEnum):
     WALL_TIME = "wall_time"  # seconds spent working (model, tools, verifiers)
 
 
+_USAGE_FIELD = {
+    Dimension.STEPS: "steps",
+    Dimension.TOOL_CALLS: "tool_calls",
+    Dimension.TOKENS: "tokens",
+    Dimension.COST: "cost",
+    Dimension.WALL_TIME: "wall_seconds",
+}
+_LIMIT_FIELD = {
+    Dimension.STEPS: "max_steps",
+    Dimension.TOOL_CALLS: "max_tool_calls",
+    Dimension.TOKENS: "max_tokens",
+    Dimension.COST: "max_cost",
+    Dimension.WALL_TIME: "max_wall_seconds",
+}
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Usage:
     """What a run has consumed so far; persisted in the run state, never reset."""
@@ -28,13 +44,8 @@ class Usage:
     wall_seconds: float = 0.0
 
     def used(self, dim: Dimension) -> float:
-        return {
-            Dimension.STEPS: self.steps,
-            Dimension.TOOL_CALLS: self.tool_calls,
-            Dimension.TOKENS: self.tokens,
-            Dimension.COST: self.cost,
-            Dimension.WALL_TIME: self.wall_seconds,
-        }[dim]
+        value: float = getattr(self, _USAGE_FIELD[dim])
+        return value
 
     def add(
         self,
@@ -45,12 +56,11 @@ class Usage:
         cost: float = 0.0,
         wall_seconds: float = 0.0,
     ) -> Usage:
-        return replace(
-            self,
+        return Usage(
             steps=self.steps + steps,
             tool_calls=self.tool_calls + tool_calls,
             tokens=self.tokens + tokens,
-            cost=round(self.cost + cost, 10),
+            cost=round(self.cost + cost, 10) if cost else self.cost,
             wall_seconds=self.wall_seconds + wall_seconds,
         )
 
@@ -85,13 +95,8 @@ class Budget:
     max_wall_seconds: float | None = None
 
     def limit(self, dim: Dimension) -> float | None:
-        return {
-            Dimension.STEPS: self.max_steps,
-            Dimension.TOOL_CALLS: self.max_tool_calls,
-            Dimension.TOKENS: self.max_tokens,
-            Dimension.COST: self.max_cost,
-            Dimension.WALL_TIME: self.max_wall_seconds,
-        }[dim]
+        value: float | None = getattr(self, _LIMIT_FIELD[dim])
+        return value
 
     def exhausted(self, usage: Usage) -> Dimension | None:
         """The first dimension whose usage reached its limit, or None."""

@@ -79,8 +79,12 @@ class Driver:
     workspace: Path = field(init=False)
     _catalog: RegistryCatalog = field(init=False)
     _specs: tuple[ToolSpec, ...] = field(init=False)
+    _stored: RunState = field(init=False)  # the state as the store has it
+    _buffer: list[NewEvent] = field(init=False)  # deferred events, folded into ``state``
 
     def __post_init__(self) -> None:
+        self._stored = self.state
+        self._buffer = []
         self.workspace = Path(self.state.workspace).resolve()
         self.transcript = recent_transcript(self.store, self.state)
         self._catalog = RegistryCatalog(self.registry)
@@ -93,6 +97,9 @@ class Driver:
     def run_id(self) -> str:
         return self.state.run_id
 
+    def _is_read(self, name: str) -> bool:
+        return name in self.registry and self.registry.get(name).effect is Effect.READ
+
     # --- the loop ------------------------------------------------------------------------
 
     def drive(self) -> RunState:
@@ -100,9 +107,11 @@ class Driver:
         while True:
             self.lease.check(self.run_id)
             if self.should_stop is not None and self.should_stop():
+                self.flush()
                 return self.state  # stopped between steps: the run stays resumable
             action = decide(self.state, self._situation())
             if isinstance(action, Halt):
+                self.flush()
                 return self.state
             if isinstance(action, Commit):
                 self.commit(action.events)
@@ -125,12 +134,30 @@ class Driver:
 
     # --- recording -----------------------------------------------------------------------
 
-    def commit(self, events: Sequence[NewEvent]) -> None:
-        """Store ``events`` as one step, fold them in, and tell the observer."""
+    def commit(self, events: Sequence[NewEvent], *, defer: bool = False) -> None:
+        """Store ``events`` (with any deferred ones before them) as one step and fold them in.
+
+        ``defer=True`` only folds them into the in-memory state: they are stored with
+        the next durable commit, which always comes before the next model call, before
+        any side effect and before the driver returns. Only a replay-safe turn (the
+        model's answer and the results of reads) is deferred: losing it to a crash
+        just asks the model again.
+        """
         clean = [NewEvent(type=e.type, data=self.redactor.scrub(e.data)) for e in events]
+        if defer:
+            self._buffer.extend(clean)
+            self.state = _fold_provisionally(self.state, clean)
+            return
+        batch = [*self._buffer, *clean]
+        self._buffer = []
+        if not batch:
+            return
         try:
             state, stored = self.store.append_events(
-                self.run_id, clean, expected_seq=self.state.last_seq, lease_token=self.lease.token
+                self.run_id,
+                batch,
+                expected_seq=self._stored.last_seq,
+                lease_token=self.lease.token,
             )
         except ConcurrentUpdate:
             # Someone else (approve, answer, cancel) wrote in between: catch up, then
@@ -139,21 +166,28 @@ class Driver:
             try:
                 state, stored = self.store.append_events(
                     self.run_id,
-                    clean,
-                    expected_seq=self.state.last_seq,
+                    batch,
+                    expected_seq=self._stored.last_seq,
                     lease_token=self.lease.token,
                 )
             except InvalidTransition:
                 return
         self._absorb(state, stored)
 
+    def flush(self) -> None:
+        """Store what was deferred."""
+        self.commit([])
+
     def refresh(self) -> None:
-        """Catch up with events other processes stored."""
-        for event in self.store.read_events(self.run_id, after=self.state.last_seq):
-            self._absorb(self.state.apply(event), [event])
+        """Catch up with events other processes stored (dropping anything deferred)."""
+        self._buffer = []
+        self.state = self._stored
+        for event in self.store.read_events(self.run_id, after=self._stored.last_seq):
+            self._absorb(self._stored.apply(event), [event])
 
     def _absorb(self, state: RunState, stored: list[Event]) -> None:
         self.state = state
+        self._stored = state
         for event in stored:
             self.transcript.apply(event)
             if event.type is EventType.PLAN_WRITTEN:
@@ -169,6 +203,7 @@ class Driver:
     # --- model ---------------------------------------------------------------------------
 
     def _call_model(self, action: CallModel) -> None:
+        self.flush()  # the model sees (and the log holds) every earlier step
         request = ModelRequest(
             messages=build_messages(self.state, self.transcript),
             tools=self._specs,
@@ -200,7 +235,12 @@ class Driver:
                 "messages": len(request.messages),
             },
         )
-        self.commit([requested, *after_model(self.state, turn, elapsed_s=elapsed)])
+        reads_only = bool(turn.tool_calls) and all(
+            self._is_read(call.name) for call in turn.tool_calls
+        )
+        self.commit(
+            [requested, *after_model(self.state, turn, elapsed_s=elapsed)], defer=reads_only
+        )
 
     def _record_retry(self, notice: RetryNotice) -> None:
         self.commit(
@@ -314,7 +354,8 @@ class Driver:
             events.append(
                 NewEvent(type=EventType.TODO_UPDATED, data={"todos": result.data["todos"]})
             )
-        self.commit(events)
+        # A read's result may wait for the next durable commit: replaying a read is safe.
+        self.commit(events, defer=action.effect == Effect.READ.value and not changed)
         fault_point("after_tool_finished")
 
     def _confirm_lease(self) -> None:
@@ -549,3 +590,19 @@ def _untracked_diff(workspace: Path, paths: list[str], env: dict[str, str]) -> s
         budget -= len(text)
         parts.append(text)
     return "".join(parts)
+
+
+def _fold_provisionally(state: RunState, events: Sequence[NewEvent]) -> RunState:
+    """``state`` with ``events`` folded in as they will be numbered once stored."""
+    now = datetime.now(UTC)
+    for offset, new in enumerate(events, start=1):
+        event = Event(
+            run_id=state.run_id,
+            seq=state.last_seq + 1,
+            event_id=f"deferred-{offset}",
+            type=new.type,
+            recorded_at=now,
+            data=new.data,
+        )
+        state = state.apply(event)
+    return state
