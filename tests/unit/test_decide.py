@@ -19,7 +19,8 @@ from keel.core.state import RunOptions, RunState, ValidationRecord, transition
 from keel.core.status import RunStatus
 from keel.loop.actions import Action, CallModel, Commit, Halt, ReconcileCall, RunTool, RunVerifiers
 from keel.loop.catalog import RegistryCatalog
-from keel.loop.decide import Situation, after_model, after_verification, decide
+from keel.loop.decide import Situation, decide
+from keel.loop.outcomes import after_model, after_verification
 from keel.models.base import ModelTurn, TokenUsage, ToolCall
 from keel.policy.rules import Policy
 from keel.tools.builtin import default_registry

@@ -9,8 +9,7 @@ approvals, completion by evidence — is decided here and tested without I/O.
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -18,7 +17,7 @@ from typing import Any, Protocol
 from keel.core.budget import Dimension
 from keel.core.errors import ToolError
 from keel.core.events import EventType, NewEvent
-from keel.core.state import RunState, ValidationRecord, transition
+from keel.core.state import RunState, transition
 from keel.core.status import RunStatus
 from keel.loop.actions import (
     Action,
@@ -29,7 +28,7 @@ from keel.loop.actions import (
     RunTool,
     RunVerifiers,
 )
-from keel.models.base import ModelTurn
+from keel.loop.outcomes import failed_event, finished_event, loose_arguments, note_event
 from keel.policy.approvals import approval_digest, expires_at, is_expired, risk_of
 from keel.policy.modes import Mode
 from keel.policy.plans import follow_on_mode, plan_approved_events, todos_from_plan
@@ -195,7 +194,7 @@ def _before_model(state: RunState) -> Action:
             for d in fresh
         ]
         dims = ", ".join(_dimension_label(d) for d in fresh)
-        events.append(_note(CONVERGE_NOTE.format(dims=dims)))
+        events.append(note_event(CONVERGE_NOTE.format(dims=dims)))
         return Commit(events=tuple(events))
     repeated = _repetition(state)
     if repeated is not None:
@@ -208,7 +207,7 @@ def _before_model(state: RunState) -> Action:
                         type=EventType.NO_PROGRESS_DETECTED,
                         data={"what": repeated, "step": state.usage.steps},
                     ),
-                    _note(replan.format(what=repeated)),
+                    note_event(replan.format(what=repeated)),
                 )
             )
         if state.usage.steps >= state.no_progress_step + NO_PROGRESS_GRACE_STEPS:
@@ -269,17 +268,23 @@ def _dispatch_next(state: RunState, sit: Situation) -> Action:
     try:
         info = sit.catalog.describe(name)
     except ToolError as exc:
-        return Commit(events=(_failed(call_id, name, _loose(raw), "unknown_tool", str(exc)),))
+        return Commit(
+            events=(failed_event(call_id, name, loose_arguments(raw), "unknown_tool", str(exc)),)
+        )
     try:
         args = sit.catalog.validate(name, raw)
     except ToolError as exc:
-        return Commit(events=(_failed(call_id, name, _loose(raw), "invalid_arguments", str(exc)),))
+        return Commit(
+            events=(
+                failed_event(call_id, name, loose_arguments(raw), "invalid_arguments", str(exc)),
+            )
+        )
 
     mode = Mode(state.mode)
     verdict = sit.gate.decide(name, info.effect, args, mode=mode, workspace=sit.workspace)
     if verdict.action == "deny":
         message = f"policy_denied: {verdict.reason} (rule: {verdict.rule})"
-        events = [_failed(call_id, name, args, "policy_denied", message)]
+        events = [failed_event(call_id, name, args, "policy_denied", message)]
         if verdict.permanent and state.recent_errors[-2:] == (message, message):
             events.append(
                 transition(
@@ -329,7 +334,9 @@ def _mixed_with_question(state: RunState, sit: Situation) -> Commit | None:
     )
     return Commit(
         events=tuple(
-            _failed(c["id"], c["name"], _loose(c["arguments"]), "invalid_turn", message)
+            failed_event(
+                c["id"], c["name"], loose_arguments(c["arguments"]), "invalid_turn", message
+            )
             for c in state.turn_calls
         )
     )
@@ -346,7 +353,9 @@ def _second_question(state: RunState) -> Commit | None:
     )
     return Commit(
         events=tuple(
-            _failed(c["id"], c["name"], _loose(c["arguments"]), "invalid_turn", message)
+            failed_event(
+                c["id"], c["name"], loose_arguments(c["arguments"]), "invalid_turn", message
+            )
             for c in questions[1:]
         )
     )
@@ -394,7 +403,9 @@ def _plan_exit(
     if state.mode != Mode.PLAN.value:
         return Commit(
             events=(
-                _failed(call_id, "plan_exit", args, "invalid_call", "plan_exit: not in plan mode"),
+                failed_event(
+                    call_id, "plan_exit", args, "invalid_call", "plan_exit: not in plan mode"
+                ),
             )
         )
     if digest in state.grants:  # the reviewer approved this plan
@@ -420,7 +431,7 @@ def _plan_exit(
     if not state.plan:
         return Commit(
             events=(
-                _failed(
+                failed_event(
                     call_id,
                     "plan_exit",
                     args,
@@ -456,7 +467,7 @@ def _control(
     if name == "request_completion":
         summary = str(args.get("summary", ""))
         return (
-            _finished(
+            finished_event(
                 call_id, name, args, "completion requested: the harness runs the verifiers", grant
             ),
             transition(
@@ -474,7 +485,7 @@ def _control(
     if name == "plan_write":
         return (
             NewEvent(type=EventType.PLAN_WRITTEN, data={"content": args["content"]}),
-            _finished(call_id, name, args, "plan saved (mirrored to plans/PLAN.md)", grant),
+            finished_event(call_id, name, args, "plan saved (mirrored to plans/PLAN.md)", grant),
         )
     raise AssertionError(f"not a control tool: {name}")
 
@@ -531,144 +542,4 @@ def _reconcile(state: RunState, sit: Situation, call: dict[str, Any]) -> Action:
     )
 
 
-# --- interpreting a model turn and a verification ----------------------------------------
-
-
-def after_model(state: RunState, turn: ModelTurn, *, elapsed_s: float) -> tuple[NewEvent, ...]:
-    """The events that record a model turn: the turn itself, and what it implies."""
-    calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in turn.tool_calls]
-    responded = NewEvent(
-        type=EventType.MODEL_RESPONDED,
-        data={
-            "step": state.usage.steps + 1,
-            "model": turn.model,
-            "content": turn.content,
-            "reasoning": turn.reasoning,
-            "tool_calls": calls,
-            "usage": {
-                "input_tokens": turn.usage.input_tokens,
-                "output_tokens": turn.usage.output_tokens,
-            },
-            "cost": turn.cost,
-            "elapsed_s": elapsed_s,
-        },
-    )
-    if calls:
-        return (responded,)
-    if turn.content and turn.content.strip():
-        # A final answer is a request for completion; the harness verifies it.
-        return (
-            responded,
-            transition(
-                state,
-                RunStatus.VERIFYING,
-                "final answer given",
-                result={"summary": turn.content.strip()},
-            ),
-        )
-    return (
-        responded,
-        _note("Your last reply was empty. Call a tool, or give your final answer."),
-    )
-
-
-def after_verification(
-    state: RunState,
-    records: list[ValidationRecord],
-    *,
-    elapsed_s: float,
-    diff_artifact: str | None = None,
-) -> tuple[NewEvent, ...]:
-    """Completion only on evidence: every required verifier passed at this revision.
-
-    ``diff_artifact`` (the workspace's diff, when it is a git work tree) joins the
-    verifiers' outputs in the evidence, so a reader sees what was verified.
-    """
-    checked = replace(state, validations=(*state.validations, *records))
-    gaps = checked.verification_gaps()
-    data: dict[str, Any] = {"records": [r.to_dict() for r in records], "elapsed_s": elapsed_s}
-    if diff_artifact:
-        data["diff"] = diff_artifact
-    summary = (state.result or {}).get("summary", "")
-    if not gaps:
-        evidence = [f"artifact:{r.artifact}" for r in records if r.artifact]
-        if diff_artifact:
-            evidence.append(f"artifact:{diff_artifact}")
-        if not state.options.verify:
-            evidence_note = "no verifier was configured: completion rests on the model's word"
-        else:
-            evidence_note = (
-                f"{len(records)} verifier(s) passed at mutation revision {state.mutation_revision}"
-            )
-        return (
-            NewEvent(type=EventType.VERIFICATION_PASSED, data={**data, "note": evidence_note}),
-            transition(
-                checked,
-                RunStatus.COMPLETED,
-                "verified" if state.options.verify else "completed without verifiers",
-                result={
-                    "summary": summary,
-                    "evidence": evidence,
-                    "evidence_note": evidence_note,
-                    "mutation_revision": state.mutation_revision,
-                    "changed_files": dict(state.changed_files),
-                },
-            ),
-        )
-    note = "Verification failed; the run is not complete. Gaps:\n" + "\n".join(
-        f"- {g}" for g in gaps
-    )
-    return (
-        NewEvent(type=EventType.VERIFICATION_FAILED, data={**data, "gaps": gaps}),
-        _note(note),
-        transition(checked, RunStatus.RUNNING, None),
-    )
-
-
-# --- small event builders ------------------------------------------------------------------
-
-
-def _note(text: str) -> NewEvent:
-    return NewEvent(type=EventType.NOTE_ADDED, data={"text": text})
-
-
-def _failed(call_id: str, tool: str, arguments: Any, kind: str, message: str) -> NewEvent:
-    return NewEvent(
-        type=EventType.TOOL_FAILED,
-        data={
-            "call_id": call_id,
-            "tool": tool,
-            "arguments": arguments,
-            "error_kind": kind,
-            "message": message,
-        },
-    )
-
-
-def _finished(
-    call_id: str, tool: str, arguments: Any, output: str, grant: str | None = None
-) -> NewEvent:
-    data = {"call_id": call_id, "tool": tool, "arguments": arguments, "output": output}
-    if grant is not None:
-        data["grant"] = grant  # the fold removes a spent grant
-    return NewEvent(type=EventType.TOOL_FINISHED, data=data)
-
-
-def _loose(raw: Any) -> Any:
-    """Arguments as well as they parse, for the record (malformed text stays text)."""
-    if isinstance(raw, str):
-        try:
-            return json.loads(raw)
-        except ValueError:
-            return raw
-    return raw
-
-
-__all__ = [
-    "Gate",
-    "Situation",
-    "ToolCatalog",
-    "after_model",
-    "after_verification",
-    "decide",
-]
+__all__ = ["Gate", "Situation", "ToolCatalog", "decide"]

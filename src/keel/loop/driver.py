@@ -12,8 +12,6 @@ Guarantees:
 
 from __future__ import annotations
 
-import os
-import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,22 +26,23 @@ from keel.core.state import RunState, ValidationRecord, transition
 from keel.core.status import RunStatus
 from keel.loop.actions import CallModel, Commit, Halt, ReconcileCall, RunTool, RunVerifiers
 from keel.loop.catalog import RegistryCatalog
-from keel.loop.decide import Gate, Situation, after_model, after_verification, decide
+from keel.loop.decide import Gate, Situation, decide
 from keel.loop.faults import fault_point
 from keel.loop.fingerprint import changed_since, fingerprint
+from keel.loop.outcomes import after_model, after_verification
 from keel.loop.prepare import build_messages
 from keel.loop.transcript import Transcript
 from keel.models.base import Model, ModelRequest, RetryNotice, ToolSpec
 from keel.store.base import Store
 from keel.tools.base import Effect, ToolContext, ToolResult
 from keel.tools.registry import ToolRegistry
+from keel.verify.diff import workspace_diff
+from keel.verify.runner import run_verifier
 
 SIDE_EFFECTS = frozenset({Effect.WRITE.value, Effect.EXECUTE.value, Effect.EXTERNAL.value})
 MAX_EVENT_OUTPUT = 64_000  # characters of a tool's output kept inline in its event
 VERIFIER_TIMEOUT_S = 900.0
-VERIFIER_OUTPUT_CAP = 2_000_000
 TRANSCRIPT_TAIL_EVENTS = 256  # first window of events read back to rebuild the conversation
-UNTRACKED_DIFF_CAP = 2_000_000  # characters of new files' content shown in the diff artifact
 
 EventSink = Callable[[Event, RunState], None]
 
@@ -460,7 +459,7 @@ class Driver:
         for index, command in enumerate(action.commands):
             records.append(self._run_verifier(index, command))
             fault_point("during_verification")
-        diff = _workspace_diff(self.workspace)
+        diff = workspace_diff(self.workspace)
         diff_artifact = None
         if diff:
             stored = self.store.put_artifact(
@@ -477,37 +476,25 @@ class Driver:
         )
 
     def _run_verifier(self, index: int, command: str) -> ValidationRecord:
-        started = time.monotonic()
-        env = self.redactor.child_environment()
-        try:
-            proc = subprocess.run(
-                command,
-                shell=True,  # the user's own command line, never the model's
-                cwd=self.workspace,
-                capture_output=True,
-                timeout=self.verifier_timeout_s,
-                env=env,
-                check=False,
-            )
-            code = proc.returncode
-            output = proc.stdout + proc.stderr
-        except subprocess.TimeoutExpired as exc:
-            code = 124
-            output = (exc.stdout or b"") + (exc.stderr or b"")
-            output += f"\n[verifier timed out after {self.verifier_timeout_s:.0f} s]".encode()
-        text = self.redactor.scrub_text(output[-VERIFIER_OUTPUT_CAP:].decode("utf-8", "replace"))
-        header = f"$ {command}\n[exit code {code}]\n"
+        check = run_verifier(
+            command,
+            workspace=self.workspace,
+            timeout_s=self.verifier_timeout_s,
+            env=self.redactor.child_environment(),
+        )
+        text = self.redactor.scrub_text(check.output)
+        header = f"$ {command}\n[exit code {check.exit_code}]\n"
         artifact = self.store.put_artifact(
             self.run_id, f"verify-{index + 1}.log", (header + text).encode("utf-8")
         )
         return ValidationRecord(
             command=command,
-            exit_code=code,
-            duration_s=round(time.monotonic() - started, 3),
+            exit_code=check.exit_code,
+            duration_s=round(check.duration_s, 3),
             artifact=artifact.id,
             mutation_revision=self.state.mutation_revision,
             file_hashes=dict(self.state.changed_files),
-            passed=code == 0,
+            passed=check.exit_code == 0,
         )
 
 
@@ -532,64 +519,6 @@ def _reconciled(call_id: str, outcome: str, detail: str) -> NewEvent:
         type=EventType.CALL_RECONCILED,
         data={"call_id": call_id, "outcome": outcome, "detail": detail},
     )
-
-
-def _workspace_diff(workspace: Path) -> str:
-    """``git diff`` of the workspace when it is a git work tree (evidence of the change)."""
-    if not (workspace / ".git").exists():
-        return ""
-    env = {**os.environ, "GIT_PAGER": "cat"}
-    try:
-        proc = subprocess.run(
-            ["git", "diff", "HEAD", "--no-color"],
-            cwd=workspace,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env=env,
-            check=False,
-        )
-        untracked = subprocess.run(
-            ["git", "ls-files", "--others", "--exclude-standard"],
-            cwd=workspace,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return proc.stdout + _untracked_diff(workspace, untracked.stdout.splitlines(), env)
-
-
-def _untracked_diff(workspace: Path, paths: list[str], env: dict[str, str]) -> str:
-    """New files as diffs against nothing (read-only: the index is left alone), bounded."""
-    parts: list[str] = []
-    budget = UNTRACKED_DIFF_CAP
-    for path in paths:
-        try:
-            size = (workspace / path).stat().st_size
-        except OSError:
-            continue  # gone since git listed it
-        if size > budget:
-            parts.append(f"new file: {path} (content not shown: diff size cap reached)\n")
-            continue
-        try:
-            proc = subprocess.run(
-                ["git", "diff", "--no-color", "--no-index", "--", "/dev/null", path],
-                cwd=workspace,
-                capture_output=True,
-                text=True,
-                timeout=60,
-                env=env,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired, UnicodeDecodeError):
-            proc = None
-        text = proc.stdout if proc is not None and proc.stdout else f"new file: {path}\n"
-        budget -= len(text)
-        parts.append(text)
-    return "".join(parts)
 
 
 def _fold_provisionally(state: RunState, events: Sequence[NewEvent]) -> RunState:
