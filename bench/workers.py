@@ -8,10 +8,13 @@ Measures, in one run on one PostgreSQL server:
 2. enqueue-to-claim latency p50/p99 (database clock: the claim event's time minus
    the task's creation time) with idle workers woken by NOTIFY, and polling only;
 3. ``--jobs`` (5,000) no-op jobs drained by 4 processes claiming one at a time:
-   Keel (claim, heartbeat, complete), procrastinate and pgqueuer.
+   Keel (claim, heartbeat, complete), procrastinate and pgqueuer;
+4. 16 processes over ``--exactly-once`` (10,000) tasks: every task completed exactly
+   once and no two leases of a task overlapping (the test suite runs 2,000).
 
     .venv/bin/python bench/workers.py [--seconds 4] [--processes 1,4,16] [--jobs 5000]
-        [--url postgresql://postgres@127.0.0.1:5432/postgres] [--synchronous-commit on]
+        [--exactly-once 10000] [--synchronous-commit on]
+        [--url postgresql://postgres@127.0.0.1:5432/postgres]
 
 Prints one JSON object. Each measurement runs in its own scratch database.
 """
@@ -30,6 +33,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -323,6 +327,33 @@ def pgqueuer_jobs(url: str, jobs: int, processes: int) -> dict[str, Any]:
     return {"queue": "pgqueuer", "jobs": done, "per_s": round(done / (max(ends) - started), 1)}
 
 
+# --- 4. the issue's full size: 16 processes, 10,000 tasks, each completed once ----------
+
+
+def exactly_once(url: str, tasks: int, processes: int) -> dict[str, Any]:
+    """Drain ``tasks`` with ``processes`` workers, then check every history: one
+    completion per task and no two leases of a task overlapping in time."""
+    from keel.testing.tasks import lease_intervals  # noqa: PLC0415 - only this check
+
+    drained = keel_jobs(url, tasks, processes)
+    store = open_store(url)
+    completions = overlaps = 0
+    for task in store.list_tasks():
+        events = store.task_events(task.id)
+        completions += sum(e.type == "task_completed" for e in events)
+        leases = lease_intervals(events)
+        overlaps += sum(a[2] > b[1] for a, b in pairwise(leases))
+    store.close()
+    return {
+        "tasks": tasks,
+        "processes": processes,
+        "per_s": drained["per_s"],
+        "completions": completions,
+        "each_completed_once": completions == tasks == drained["jobs"],
+        "overlapping_leases": overlaps,
+    }
+
+
 # --- main ------------------------------------------------------------------------------
 
 
@@ -332,6 +363,7 @@ def main() -> None:
     parser.add_argument("--processes", default="1,4,16")
     parser.add_argument("--jobs", type=int, default=5000)
     parser.add_argument("--latency-tasks", type=int, default=200)
+    parser.add_argument("--exactly-once", type=int, default=10_000, help="0 skips it")
     parser.add_argument("--poll", type=float, default=0.5)
     parser.add_argument("--synchronous-commit", default="on", choices=["on", "off"])
     parser.add_argument(
@@ -378,6 +410,10 @@ def main() -> None:
     with scratch(args.url) as url:
         same.append(progress("same jobs", pgqueuer_jobs(url, args.jobs, 4)))
     report["same_jobs_4_processes"] = same
+    if args.exactly_once:
+        with scratch(args.url) as url:
+            result = exactly_once(with_query(url, keel_query), args.exactly_once, 16)
+            report["exactly_once_16_processes"] = progress("exactly once", result)
     keel4 = next((r["per_s"] for r in rows["postgres"] if r["processes"] == 4), None)
     by_queue = {r["queue"]: r["per_s"] for r in same}
     notify = report["enqueue_to_claim"][0]
