@@ -90,9 +90,7 @@ class Store(Protocol):
         """Newest first."""
         ...
 
-    def read_events(
-        self, run_id: str, *, after: int = 0, limit: int | None = None
-    ) -> list[Event]:
+    def read_events(self, run_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
         """Events with ``seq > after`` in order; RunNotFound for an unknown run."""
         ...
 
@@ -147,8 +145,9 @@ class Store(Protocol):
 
     def get_task(self, task_id: str) -> Task: ...
 
-    def list_tasks(self, *, status: TaskStatus | None = None, ready: bool = False) -> list[Task]:
-        ...
+    def list_tasks(
+        self, *, status: TaskStatus | None = None, ready: bool = False
+    ) -> list[Task]: ...
 
     def claim_task(
         self, *, owner: str, lease_seconds: float, task_id: str | None = None
@@ -157,8 +156,9 @@ class Store(Protocol):
         (None when there is none). Expired leases are reclaimed inside the claim."""
         ...
 
-    def heartbeat_task(self, task_id: str, *, owner: str, token: str, lease_seconds: float) -> Task:
-        ...
+    def heartbeat_task(
+        self, task_id: str, *, owner: str, token: str, lease_seconds: float
+    ) -> Task: ...
 
     def complete_task(
         self, task_id: str, *, owner: str, token: str | None = None, result: str | None = None
