@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from keel.store.migrate import Migration, discover, migrate
 from keel.store.postgres.connection import Database
-from keel.store.sqlite.migrate import Migration, discover, migrate
 
 __all__ = ["PostgresMigrations", "discover", "migrate"]
 

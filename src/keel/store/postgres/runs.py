@@ -25,8 +25,6 @@ from typing import Any
 from psycopg import errors as pg_errors
 
 from keel.core.errors import (
-    ConcurrentUpdate,
-    InvalidTransition,
     LeaseHeld,
     LeaseLost,
     NotFound,
@@ -35,12 +33,19 @@ from keel.core.errors import (
 )
 from keel.core.events import Event, EventType, NewEvent
 from keel.core.state import RunOptions, RunState
-from keel.core.status import RunStatus, check_transition
+from keel.core.status import RunStatus
 from keel.store.base import Artifact, Lease
 from keel.store.postgres.connection import Database
 from keel.store.postgres.listener import Listener
 from keel.store.sql import load_queries
-from keel.store.sqlite.runs import artifact_id, dump_json, new_run_id
+from keel.store.step import (
+    artifact_id,
+    dump_json,
+    fold_step,
+    new_event_id,
+    new_run_id,
+    refuse_append,
+)
 
 Q = load_queries("keel.store.postgres", "runs.sql")
 STATE_CACHE_SIZE = 256
@@ -136,7 +141,7 @@ class PostgresRuns:
             event = Event(
                 run_id=run_id,
                 seq=1,
-                event_id=uuid.uuid4().hex,
+                event_id=new_event_id(),
                 type=EventType.RUN_CREATED,
                 recorded_at=now,
                 data=data,
@@ -213,20 +218,7 @@ class PostgresRuns:
         """Raise why an append at ``expected_seq`` with ``lease_token`` cannot be written."""
         with self._db.connection() as conn:
             head = conn.execute(Q["run_head"], {"id": run_id}).fetchone()
-        if head is None:
-            raise RunNotFound(run_id)
-        last_seq, token, lease_live, lease_owner = head
-        if last_seq != expected_seq:
-            raise ConcurrentUpdate(run_id, expected_seq, last_seq)
-        if lease_token is not None and (token != lease_token or not lease_live):
-            detail = (
-                f"now held by {lease_owner}"
-                if token not in (None, lease_token)
-                else "the lease expired"
-                if token == lease_token
-                else "the lease was released"
-            )
-            raise LeaseLost(run_id, detail)
+        refuse_append(run_id, head, expected_seq=expected_seq, lease_token=lease_token)
 
     def load_run(self, run_id: str) -> RunState:
         return self._current(run_id)
@@ -384,59 +376,21 @@ def _fold_step(
     state: RunState, events: Sequence[NewEvent]
 ) -> tuple[RunState, list[Event], dict[str, Any]]:
     """The run's state after ``events``, the stored events, and the append's parameters."""
-    loads = json.loads
     now = datetime.now(UTC)
-    stored: list[Event] = []
-    seqs: list[int] = []
-    ids: list[str] = []
-    types: list[str] = []
-    datas: list[str] = []
-    seq = state.last_seq
-    for new in events:
-        seq += 1
-        data = new.data
-        if new.type is EventType.STATUS_CHANGED:
-            data = _checked_status_change(state.status, data)
-        text = dump_json(data)
-        event = Event(
-            run_id=state.run_id,
-            seq=seq,
-            event_id=uuid.uuid4().hex,
-            type=new.type,
-            recorded_at=now,
-            data=loads(text),  # fold exactly what a reader of the log will see
-        )
-        state = state.apply(event)
-        stored.append(event)
-        seqs.append(seq)
-        ids.append(event.event_id)
-        types.append(new.type.value)
-        datas.append(text)
+    step = fold_step(state, events, now=now)
     params: dict[str, Any] = {
-        "snapshot": dump_json(state.to_dict()),
-        "status": state.status.value,
-        "last_seq": seq,
+        "snapshot": dump_json(step.state.to_dict()),
+        "status": step.state.status.value,
+        "last_seq": step.state.last_seq,
         "at": now,
-        "seqs": seqs,
-        "event_ids": ids,
-        "types": types,
-        "datas": datas,
+        "seqs": [e.seq for e in step.events],
+        "event_ids": [e.event_id for e in step.events],
+        "types": [e.type.value for e in step.events],
+        "datas": step.texts,
     }
-    return state, stored, params
+    return step.state, step.events, params
 
 
 def _artifact(row: Sequence[Any]) -> Artifact:
     art_id, run_id, name, size, created_at = row
     return Artifact(id=art_id, run_id=run_id, name=name, size=int(size), created_at=created_at)
-
-
-def _checked_status_change(current: RunStatus, data: dict[str, Any]) -> dict[str, Any]:
-    """The event's data with its reason as stored; InvalidTransition if the move is illegal."""
-    try:
-        target = RunStatus(data["to"])
-    except (KeyError, ValueError):
-        raise InvalidTransition(current, str(data.get("to")), "not a run status") from None
-    reason = check_transition(current, target, data.get("reason"))
-    if data.get("reason") == reason and data.get("from") == current.value:
-        return data
-    return {**data, "from": current.value, "reason": reason}

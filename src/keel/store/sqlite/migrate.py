@@ -1,83 +1,19 @@
-"""Ordered schema migrations, each applied once in its own transaction and recorded.
+"""SQLite's side of the migrations: splitting scripts and recording versions.
 
-Migrations are the files ``NNNN_name.sql`` of a dialect's ``migrations`` folder,
-applied in version order. ``schema_migrations(version, name, applied_at)`` says
-which ones a database has. A database whose highest version is above the newest
-file this Keel ships is refused with ``SchemaTooNew``: an older Keel must not
-write into a schema it does not know.
-
-The runner is dialect-neutral: a backend supplies a ``MigrationExecutor`` (how to
-read the applied versions and how to apply one file atomically); PostgreSQL reuses
-``discover`` and ``migrate`` with its own folder and executor.
+The ordering, discovery and the refusal of a newer schema are in
+``keel.store.migrate`` (shared with PostgreSQL).
 """
 
 from __future__ import annotations
 
-import re
 import sqlite3
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from importlib import resources
-from typing import Protocol
+from collections.abc import Iterator
 
-from keel.core.errors import SchemaTooNew, StoreCorrupt, StoreError
+from keel.core.errors import StoreCorrupt, StoreError
+from keel.store.migrate import Migration, discover, migrate
 from keel.store.sqlite.connection import Database
 
-_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Migration:
-    version: int
-    name: str
-    sql: str
-
-
-class MigrationExecutor(Protocol):
-    """How one backend reads and records its schema version."""
-
-    location: str  # the file or server named in errors
-
-    def applied_versions(self) -> dict[int, str]:
-        """``{version: name}`` already applied; empty for a new database."""
-        ...
-
-    def apply(self, migration: Migration) -> bool:
-        """Apply and record one migration in one transaction; False if already applied."""
-        ...
-
-
-def discover(package: str, folder: str = "migrations") -> list[Migration]:
-    """The migrations shipped in ``package``/``folder``, in version order."""
-    found: list[Migration] = []
-    for entry in resources.files(package).joinpath(folder).iterdir():
-        match = _FILE.match(entry.name)
-        if match:
-            found.append(
-                Migration(
-                    version=int(match.group(1)),
-                    name=match.group(2),
-                    sql=entry.read_text(encoding="utf-8"),
-                )
-            )
-    found.sort(key=lambda m: m.version)
-    versions = [m.version for m in found]
-    if len(set(versions)) != len(versions):
-        raise StoreError(f"two migrations share a version in {package}/{folder}: {versions}")
-    return found
-
-
-def migrate(executor: MigrationExecutor, migrations: Sequence[Migration]) -> list[Migration]:
-    """Bring the database up to the newest migration; return the ones applied now."""
-    newest = max((m.version for m in migrations), default=0)
-    applied = executor.applied_versions()
-    if applied and max(applied) > newest:
-        raise SchemaTooNew(executor.location, max(applied), newest)
-    done = []
-    for migration in migrations:
-        if migration.version not in applied and executor.apply(migration):
-            done.append(migration)
-    return done
+__all__ = ["Migration", "SQLiteMigrations", "discover", "migrate", "split_statements"]
 
 
 def split_statements(script: str) -> Iterator[str]:

@@ -11,9 +11,7 @@ makes the key miss.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import sqlite3
 import threading
 import time
@@ -24,8 +22,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from keel.core.errors import (
-    ConcurrentUpdate,
-    InvalidTransition,
     LeaseHeld,
     LeaseLost,
     NotFound,
@@ -34,10 +30,18 @@ from keel.core.errors import (
 )
 from keel.core.events import Event, EventType, NewEvent
 from keel.core.state import RunOptions, RunState
-from keel.core.status import RunStatus, check_transition
+from keel.core.status import RunStatus
 from keel.store.base import Artifact, Lease
 from keel.store.sql import load_queries
 from keel.store.sqlite.connection import Database
+from keel.store.step import (
+    artifact_id,
+    dump_json,
+    fold_step,
+    new_event_id,
+    new_run_id,
+    refuse_append,
+)
 
 Q = load_queries("keel.store.sqlite", "runs.sql")
 _EVENT_TYPES = {t.value: t for t in EventType}  # a dict lookup is ~5x cheaper than EventType(v)
@@ -53,38 +57,6 @@ def utc_text(moment: datetime) -> str:
 
 def epoch_to_datetime(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, UTC)
-
-
-def dump_json(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
-def new_event_id() -> str:
-    """A time-ordered UUID (version 7 layout) as 32 hex digits.
-
-    Random UUIDs would scatter the unique index on ``event_id`` so that every
-    append dirties a random page; time-ordered ones append to its last page.
-    """
-    rand = int.from_bytes(os.urandom(10), "big")
-    value = (
-        (time.time_ns() // 1_000_000) << 80
-        | 0x7 << 76
-        | ((rand >> 62) & 0xFFF) << 64
-        | 0b10 << 62
-        | (rand & _LOW_62)
-    )
-    return f"{value:032x}"
-
-
-_LOW_62 = (1 << 62) - 1
-
-
-def new_run_id() -> str:
-    return "run_" + uuid.uuid4().hex[:12]
-
-
-def artifact_id(content: bytes) -> str:
-    return "art_" + hashlib.sha256(content).hexdigest()[:ARTIFACT_ID_HEX]
 
 
 class SQLiteRuns:
@@ -233,31 +205,15 @@ class SQLiteRuns:
                 self._check_head(conn, run_id, expected_seq, None)
                 cached = self._state_and_snapshot_seq(conn, run_id, expected_seq)
         base, snapshot_seq = cached
-        state = base
-        loads = json.loads
         now = datetime.now(UTC)
         now_text = utc_text(now)
-        stored: list[Event] = []
-        rows = []
-        seq = expected_seq
-        for new in events:
-            seq += 1
-            data = new.data
-            if new.type is EventType.STATUS_CHANGED:
-                data = _checked_status_change(state.status, data)
-            text = dump_json(data)
-            data = loads(text)  # fold exactly what a reader of the log will see
-            event = Event(
-                run_id=run_id,
-                seq=seq,
-                event_id=new_event_id(),
-                type=new.type,
-                recorded_at=now,
-                data=data,
-            )
-            state = state.apply(event)
-            stored.append(event)
-            rows.append((run_id, seq, event.event_id, new.type.value, now_text, text))
+        step = fold_step(base, events, now=now)
+        state, stored = step.state, step.events
+        seq = state.last_seq
+        rows = [
+            (run_id, e.seq, e.event_id, e.type.value, now_text, text)
+            for e, text in zip(stored, step.texts, strict=True)
+        ]
         # The snapshot is rewritten on every status change and every SNAPSHOT_EVERY events;
         # readers fold the few events after it, so an append stays O(new events).
         rewrite = state.status is not base.status or seq - snapshot_seq >= SNAPSHOT_EVERY
@@ -301,20 +257,7 @@ class SQLiteRuns:
     ) -> None:
         """Raise what refuses an append: RunNotFound, ConcurrentUpdate or LeaseLost."""
         head = conn.execute(Q["run_head"], (run_id,)).fetchone()
-        if head is None:
-            raise RunNotFound(run_id)
-        last_seq, token, lease_live, lease_owner = head
-        if last_seq != expected_seq:
-            raise ConcurrentUpdate(run_id, expected_seq, last_seq)
-        if lease_token is not None and (token != lease_token or not lease_live):
-            detail = (
-                f"now held by {lease_owner}"
-                if token not in (None, lease_token)
-                else "the lease expired"
-                if token == lease_token
-                else "the lease was released"
-            )
-            raise LeaseLost(run_id, detail)
+        refuse_append(run_id, head, expected_seq=expected_seq, lease_token=lease_token)
 
     def load_run(self, run_id: str) -> RunState:
         with self._db.read() as conn:
@@ -475,15 +418,3 @@ def _artifact(row: Sequence[Any]) -> Artifact:
         size=int(size),
         created_at=datetime.fromisoformat(created_at),
     )
-
-
-def _checked_status_change(current: RunStatus, data: dict[str, Any]) -> dict[str, Any]:
-    """The event's data with its reason as stored; InvalidTransition if the move is illegal."""
-    try:
-        target = RunStatus(data["to"])
-    except (KeyError, ValueError):
-        raise InvalidTransition(current, str(data.get("to")), "not a run status") from None
-    reason = check_transition(current, target, data.get("reason"))
-    if data.get("reason") == reason and data.get("from") == current.value:
-        return data
-    return {**data, "from": current.value, "reason": reason}

@@ -1,0 +1,135 @@
+"""What every backend does the same way when it stores a step (no SQL here).
+
+``fold_step`` numbers a step's events, checks its status changes against the
+transition table, normalises each event's data through JSON (so the state a
+writer gets back equals what a reader of the log rebuilds) and folds them.
+``refuse_append`` turns a run's head row into the error that explains why an
+append was not written. Ids for runs, events and artifacts are made here too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from keel.core.errors import ConcurrentUpdate, InvalidTransition, LeaseLost, RunNotFound
+from keel.core.events import Event, EventType, NewEvent
+from keel.core.state import RunState
+from keel.core.status import RunStatus, check_transition
+
+ARTIFACT_ID_HEX = 32
+_LOW_62 = (1 << 62) - 1
+
+
+def dump_json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def new_run_id() -> str:
+    return "run_" + uuid.uuid4().hex[:12]
+
+
+def new_event_id() -> str:
+    """A time-ordered UUID (version 7 layout) as 32 hex digits.
+
+    Random UUIDs would scatter the unique index on ``event_id`` so that every
+    append dirties a random page; time-ordered ones append to its last page.
+    """
+    rand = int.from_bytes(os.urandom(10), "big")
+    value = (
+        (time.time_ns() // 1_000_000) << 80
+        | 0x7 << 76
+        | ((rand >> 62) & 0xFFF) << 64
+        | 0b10 << 62
+        | (rand & _LOW_62)
+    )
+    return f"{value:032x}"
+
+
+def artifact_id(content: bytes) -> str:
+    """Content-addressed: equal bytes, equal id."""
+    return "art_" + hashlib.sha256(content).hexdigest()[:ARTIFACT_ID_HEX]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FoldedStep:
+    state: RunState  # the run after the step
+    events: list[Event]  # the step's events as they will be stored
+    texts: list[str]  # each event's data as stored (JSON text)
+
+
+def fold_step(state: RunState, events: Sequence[NewEvent], *, now: datetime) -> FoldedStep:
+    """Number, check, normalise and fold one step's events onto ``state``.
+
+    Raises InvalidTransition (nothing to write) if a ``status_changed`` event is
+    not allowed by the transition table at that point of the step.
+    """
+    loads = json.loads
+    stored: list[Event] = []
+    texts: list[str] = []
+    seq = state.last_seq
+    for new in events:
+        seq += 1
+        data = new.data
+        if new.type is EventType.STATUS_CHANGED:
+            data = checked_status_change(state.status, data)
+        text = dump_json(data)
+        event = Event(
+            run_id=state.run_id,
+            seq=seq,
+            event_id=new_event_id(),
+            type=new.type,
+            recorded_at=now,
+            data=loads(text),  # fold exactly what a reader of the log will see
+        )
+        state = state.apply(event)
+        stored.append(event)
+        texts.append(text)
+    return FoldedStep(state=state, events=stored, texts=texts)
+
+
+def checked_status_change(current: RunStatus, data: dict[str, Any]) -> dict[str, Any]:
+    """The event's data with its reason as stored; InvalidTransition if the move is illegal."""
+    try:
+        target = RunStatus(data["to"])
+    except (KeyError, ValueError):
+        raise InvalidTransition(current, str(data.get("to")), "not a run status") from None
+    reason = check_transition(current, target, data.get("reason"))
+    if data.get("reason") == reason and data.get("from") == current.value:
+        return data
+    return {**data, "from": current.value, "reason": reason}
+
+
+def refuse_append(
+    run_id: str,
+    head: Sequence[Any] | None,
+    *,
+    expected_seq: int,
+    lease_token: str | None,
+) -> None:
+    """Raise what refuses an append, given the run's head row.
+
+    ``head`` is ``(last_seq, lease_token, lease_live, lease_owner)`` or None for
+    an unknown run: RunNotFound, ConcurrentUpdate (stale sequence) or LeaseLost
+    (the token is not the run's current, unexpired lease). Returns if nothing does.
+    """
+    if head is None:
+        raise RunNotFound(run_id)
+    last_seq, token, lease_live, lease_owner = head
+    if last_seq != expected_seq:
+        raise ConcurrentUpdate(run_id, expected_seq, last_seq)
+    if lease_token is not None and (token != lease_token or not lease_live):
+        if token not in (None, lease_token):
+            detail = f"now held by {lease_owner}"
+        elif token == lease_token:
+            detail = "the lease expired"
+        else:
+            detail = "the lease was released"
+        raise LeaseLost(run_id, detail)
