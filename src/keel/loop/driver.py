@@ -151,17 +151,7 @@ class Driver:
         self._buffer = []
         if not batch:
             return
-        try:
-            state, stored = self.store.append_events(
-                self.run_id,
-                batch,
-                expected_seq=self._stored.last_seq,
-                lease_token=self.lease.token,
-            )
-        except ConcurrentUpdate:
-            # Someone else (approve, answer, cancel) wrote in between: catch up, then
-            # store ours if the run still allows them; otherwise decide afresh.
-            self.refresh()
+        for attempt in range(2):
             try:
                 state, stored = self.store.append_events(
                     self.run_id,
@@ -169,9 +159,19 @@ class Driver:
                     expected_seq=self._stored.last_seq,
                     lease_token=self.lease.token,
                 )
+            except ConcurrentUpdate:
+                if attempt:
+                    raise
+                # Someone else (approve, answer, cancel) wrote in between: catch up,
+                # then store ours if the run still allows them.
+                self.refresh()
             except InvalidTransition:
+                if not attempt:
+                    raise  # our own decision was illegal: a bug, not a race
+                return  # the run moved on (e.g. cancelled): decide afresh
+            else:
+                self._absorb(state, stored)
                 return
-        self._absorb(state, stored)
 
     def flush(self) -> None:
         """Store what was deferred."""
