@@ -7,6 +7,7 @@ like any other, so `keel show` and `keel events` inspect it afterwards.
 
 from __future__ import annotations
 
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -68,10 +69,26 @@ def demo_command(
         console.print(f"  evidence  {ref}", highlight=False, soft_wrap=True)
     flag = "" if url == DEFAULT_STORE else f" --store {url}"
     console.print("\nInspect it:", highlight=False, soft_wrap=True)
-    console.print(f"  keel show {final.run_id}{flag}", highlight=False, soft_wrap=True)
-    console.print(f"  keel events {final.run_id}{flag}", highlight=False, soft_wrap=True)
+    keel = keel_invocation()
+    console.print(f"  {keel} show {final.run_id}{flag}", highlight=False, soft_wrap=True)
+    console.print(f"  {keel} events {final.run_id}{flag}", highlight=False, soft_wrap=True)
     console.print(f"  git -C {target} diff", highlight=False, soft_wrap=True)
     raise typer.Exit(outcome.exit_code)
+
+
+def keel_invocation() -> str:
+    """How the user can run this same `keel`: plain `keel` when it is on PATH, else
+    the path they ran (after `make demo` that is `.venv/bin/keel`)."""
+    running = Path(sys.argv[0])
+    on_path = shutil.which("keel")
+    if on_path and Path(on_path).resolve() == running.resolve():
+        return "keel"
+    if running.name == "keel" and running.exists():
+        try:
+            return str(running.resolve().relative_to(Path.cwd()))
+        except ValueError:
+            return str(running)
+    return "keel"
 
 
 def narrate(event: Event, state: RunState) -> None:
