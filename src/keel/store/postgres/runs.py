@@ -56,16 +56,25 @@ _RACE_RETRIES = 3
 class PostgresRuns:
     """Runs, events, run leases and artifacts of ``PostgresStore`` (mixin over ``_db``)."""
 
+    url: str
     _db: Database
     _states: OrderedDict[str, RunState]
     _states_guard: threading.Lock
+    _listening: Listener | None
+    _listener_guard: threading.Lock
 
     def _init_runs(self) -> None:
         self._states = OrderedDict()
         self._states_guard = threading.Lock()
+        self._listening = None
+        self._listener_guard = threading.Lock()
 
     def _listener(self) -> Listener:
-        raise NotImplementedError  # provided by PostgresStore
+        """The LISTEN session, started on first wait."""
+        with self._listener_guard:
+            if self._listening is None:
+                self._listening = Listener(self.url)
+            return self._listening
 
     # --- state cache -----------------------------------------------------------------
 

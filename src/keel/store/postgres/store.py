@@ -14,7 +14,6 @@ from __future__ import annotations
 import threading
 
 from keel.store.postgres.connection import Database, redacted
-from keel.store.postgres.listener import Listener
 from keel.store.postgres.migrate import PostgresMigrations, discover, migrate
 from keel.store.postgres.runs import PostgresRuns
 from keel.store.postgres.tasks import PostgresTasks
@@ -37,16 +36,7 @@ class PostgresStore(PostgresRuns, PostgresTasks):
             raise
         self.url = url
         self._init_runs()
-        self._listening: Listener | None = None
-        self._listener_guard = threading.Lock()
         self._work_seen = threading.local()
-
-    def _listener(self) -> Listener:
-        """The LISTEN session, started on first wait."""
-        with self._listener_guard:
-            if self._listening is None:
-                self._listening = Listener(self.url)
-            return self._listening
 
     def wait_for_work(self, timeout: float) -> bool:
         """True when a notification said work may be claimable since this thread last
