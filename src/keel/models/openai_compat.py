@@ -25,9 +25,8 @@ import random
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 from tenacity import RetryCallState, Retrying, retry_if_exception_type
 
 from keel.core.errors import ConfigError, ModelError
@@ -41,6 +40,9 @@ from keel.models.base import (
     ToolSpec,
 )
 from keel.models.pricing import PriceTable
+
+if TYPE_CHECKING:
+    import httpx
 
 TRANSIENT_STATUS_CODES = frozenset({408, 409, 425, 429})
 _EXCERPT_CHARS = 500
@@ -118,6 +120,8 @@ class OpenAICompatModel:
             "Content-Type": "application/json",
             "User-Agent": "keel",
         }
+        import httpx  # noqa: PLC0415 - imported on first use: it costs every `keel` start 0.15 s
+
         attempts = 0
         with httpx.Client(timeout=httpx.Timeout(self.timeout), headers=headers) as client:
             try:
@@ -138,6 +142,8 @@ class OpenAICompatModel:
     # --- one attempt -------------------------------------------------------------------
 
     def _post(self, client: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
+        import httpx  # noqa: PLC0415 - already loaded by complete()
+
         try:
             response = client.post(self.endpoint, json=body)
         except httpx.TimeoutException as exc:
