@@ -189,3 +189,38 @@ def test_a_task_whose_run_waits_for_approval_is_handed_back_then_finished_after_
     assert done.run_id == parked.run_id
     assert (tmp_path / "log").read_text() == "x\n"  # approved once, ran once
     store.close()
+
+
+def test_a_queued_run_the_worker_cannot_drive_fails_with_the_reason_instead_of_looping(
+    tmp_path: Path,
+) -> None:
+    db = f"sqlite:///{tmp_path / 'keel.db'}"
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "KEEL_MODEL")}
+    enqueue = subprocess.run(
+        [*KEEL, "run", "fix it", "--model", "openai:gpt-4o", "--detach", "--store", db],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert enqueue.returncode == 0, enqueue.stderr
+    run_id = enqueue.stdout.split()[0]
+
+    worker = subprocess.run(
+        [*KEEL, "worker", "--until-idle", "--poll", "0.1", "--store", db],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert worker.returncode == 0, worker.stderr
+    store = SQLiteStore(tmp_path / "keel.db")
+    run = store.load_run(run_id)
+    assert run.status is RunStatus.FAILED
+    assert run.reason is not None and "OPENAI_API_KEY" in run.reason
+    assert store.current_run_lease(run_id) is None
+    store.close()

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from keel.core.budget import Budget
-from keel.core.errors import ConfigError, LeaseLost
+from keel.core.errors import ConfigError
 from keel.core.events import Event, EventType, NewEvent
 from keel.core.state import RunOptions, RunState
 from keel.core.status import RunStatus
@@ -207,8 +207,6 @@ class Harness:
                         [NewEvent(type=EventType.RUN_RESUMED, data={"owner": self.owner})]
                     )
                 final = driver.drive()
-        except LeaseLost:
-            raise
         finally:
             if guard.lost is None:
                 self.store.release_run_lease(heartbeat.lease)

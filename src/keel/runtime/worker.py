@@ -23,11 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from keel.core.budget import Budget
-from keel.core.errors import KeelError, LeaseHeld, LeaseLost
-from keel.core.state import RunState
+from keel.core.errors import ConfigError, KeelError, LeaseHeld, LeaseLost
+from keel.core.events import EventType, NewEvent
+from keel.core.state import RunState, transition
 from keel.core.status import RunStatus
 from keel.core.tasks import Task, TaskStatus
-from keel.runtime.harness import Harness
+from keel.runtime.harness import Harness, RunOutcome
 from keel.runtime.heartbeat import Heartbeat
 from keel.store.base import Lease
 
@@ -128,6 +129,10 @@ class Worker:
         except LeaseLost as exc:
             self._note_error(f"run {state.run_id}: {exc}")
             return
+        except ConfigError as exc:
+            # Left alone, the run would be claimed again at once, forever.
+            self._fail_unrunnable(state.run_id, f"config_error: {exc}", lease)
+            return
         with self._lock:
             self.stats.runs += 1
         self._log(f"run {state.run_id}: {outcome.status.value}")
@@ -168,6 +173,10 @@ class Worker:
                 outcome = self.harness.execute(
                     run_id, should_stop=lambda: self.stopping or lost.is_set()
                 )
+            except ConfigError as exc:
+                outcome = RunOutcome(
+                    state=self._fail_unrunnable(run_id, f"config_error: {exc}", None)
+                )
             except LeaseHeld as exc:
                 self._log(f"task {task.id}: its run is executed elsewhere ({exc})")
                 self._release(task, token)
@@ -179,6 +188,34 @@ class Worker:
             self._note_error(f"task {task.id}: lease lost; left to its new owner")
             return
         self._settle(task, token, outcome.state)
+
+    def _fail_unrunnable(self, run_id: str, reason: str, lease: Lease | None) -> RunState:
+        """End a run this worker cannot drive (no model, missing key): failed, with why."""
+        self._note_error(f"run {run_id}: {reason}")
+        state = self.store.load_run(run_id)
+        if not state.status.terminal:
+            events = []
+            if state.status is RunStatus.QUEUED:
+                events.append(transition(state, RunStatus.RUNNING, None))
+            events.append(
+                NewEvent(
+                    type=EventType.STATUS_CHANGED,
+                    data={
+                        "to": RunStatus.FAILED.value,
+                        "reason": reason,
+                        "result": {"unfinished": state.unfinished_todos()},
+                    },
+                )
+            )
+            state, _ = self.store.append_events(
+                run_id,
+                events,
+                expected_seq=state.last_seq,
+                lease_token=lease.token if lease else None,
+            )
+        if lease is not None:
+            self.store.release_run_lease(lease)
+        return state
 
     def _run_for(self, task: Task, token: str) -> str | None:
         """The task's run: the linked one (resumed), or a new one inheriting its options."""
