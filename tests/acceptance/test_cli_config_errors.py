@@ -42,3 +42,26 @@ def test_unknown_model_provider_exits_2_listing_the_accepted_forms(tmp_path: Pat
     assert "deepseek:" in done.stderr
     assert "openai:" in done.stderr
     assert "scripted:" in done.stderr
+
+
+def test_plan_then_with_a_different_mode_is_refused_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "turns.json"
+    script.write_text('[{"content": "done"}]')
+    done = _keel(
+        tmp_path,
+        "run",
+        "fix it",
+        "--mode",
+        "auto",
+        "--plan-then",
+        "edit",
+        "--model",
+        f"scripted:{script}",
+        env=dict(os.environ),
+    )
+
+    assert done.returncode == 2
+    assert "--plan-then" in done.stderr and "--mode auto" in done.stderr
+    assert not (tmp_path / "keel.db").exists()

@@ -18,6 +18,7 @@ from keel.cli.common import (
     StoreOption,
     console,
     err_console,
+    fail,
     keel_errors,
     print_json,
     store_url,
@@ -46,7 +47,7 @@ def run_command(
     model: str | None = typer.Option(
         None, "--model", envvar="KEEL_MODEL", help="deepseek:M, openai:M or scripted:PATH."
     ),
-    mode: str = typer.Option("edit", "--mode", help="plan, ask, edit or auto."),
+    mode: str | None = typer.Option(None, "--mode", help="plan, ask, edit (default) or auto."),
     plan_then: str | None = typer.Option(
         None, "--plan-then", help="Start in plan mode; after approval switch to edit or auto."
     ),
@@ -66,7 +67,9 @@ def run_command(
     store: str | None = StoreOption,
 ) -> None:
     """Start a run and drive it; prints the run id first."""
-    mode_used = "plan" if plan_then else mode
+    if plan_then and mode not in (None, "plan"):
+        fail(f"--plan-then starts the run in plan mode; drop --mode {mode} (or use --mode plan)")
+    mode_used = "plan" if plan_then else (mode or "edit")
     budget = Budget(
         max_steps=max_steps,
         max_tool_calls=max_tool_calls,
