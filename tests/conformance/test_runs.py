@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import UTC, timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -22,6 +22,7 @@ from keel.core.events import EventType, NewEvent
 from keel.core.state import RunOptions, RunState
 from keel.core.status import RunStatus
 from keel.store.base import Store, iter_all_events
+from keel.store.step import fold_step
 from keel.testing.stores import append, legal_step, make_run, model_step, move, tool_step
 
 # --- creating runs -------------------------------------------------------------------
@@ -401,3 +402,32 @@ def test_unknown_artifact_and_unknown_run_are_refused(store: Store) -> None:
         store.get_artifact("art_nope")
     with pytest.raises(RunNotFound):
         store.put_artifact("run_000000000000", "x", b"x")
+
+
+def test_a_step_folded_by_its_writer_is_stored_like_any_append(store: Store) -> None:
+    run = make_run(store)
+    first = fold_step(run, model_step(content="one"), now=datetime.now(UTC))
+    both = first.then(fold_step(first.state, model_step(content="two"), now=datetime.now(UTC)))
+    state, stored = store.append_folded(run.run_id, both)
+
+    assert [e.seq for e in stored] == [2, 3, 4, 5]
+    assert state.usage.steps == 2
+    events = store.read_events(run.run_id)
+    assert [e.seq for e in events] == [1, 2, 3, 4, 5]
+    assert RunState.from_events(events).to_dict() == store.load_run(run.run_id).to_dict()
+    assert store.load_run(run.run_id).to_dict() == state.to_dict()
+
+
+def test_a_folded_step_on_a_stale_base_or_lost_lease_writes_nothing(store: Store) -> None:
+    run = make_run(store)
+    stale = fold_step(run, model_step(), now=datetime.now(UTC))
+    moved, _ = append(store, run, model_step())
+    with pytest.raises(ConcurrentUpdate):
+        store.append_folded(run.run_id, stale)
+    lease = store.acquire_run_lease(run.run_id, owner="a", ttl=30)
+    step = fold_step(moved, model_step(), now=datetime.now(UTC))
+    with pytest.raises(LeaseLost):
+        store.append_folded(run.run_id, step, lease_token="not-the-token")
+    assert store.load_run(run.run_id).last_seq == moved.last_seq
+    state, _ = store.append_folded(run.run_id, step, lease_token=lease.token)
+    assert state.last_seq == moved.last_seq + 2

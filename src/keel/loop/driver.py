@@ -34,6 +34,7 @@ from keel.loop.prepare import build_messages
 from keel.loop.transcript import Transcript
 from keel.models.base import Model, ModelRequest, RetryNotice, ToolSpec
 from keel.store.base import Store
+from keel.store.step import FoldedStep, fold_step
 from keel.tools.base import Effect, ToolContext, ToolResult
 from keel.tools.registry import ToolRegistry
 from keel.verify.diff import workspace_diff
@@ -79,11 +80,13 @@ class Driver:
     _catalog: RegistryCatalog = field(init=False)
     _specs: tuple[ToolSpec, ...] = field(init=False)
     _stored: RunState = field(init=False)  # the state as the store has it
-    _buffer: list[NewEvent] = field(init=False)  # deferred events, folded into ``state``
+    _pending: FoldedStep | None = field(init=False)  # folded into ``state``, not yet stored
+    _pending_events: list[NewEvent] = field(init=False)  # the same, unfolded (for a retry)
 
     def __post_init__(self) -> None:
         self._stored = self.state
-        self._buffer = []
+        self._pending = None
+        self._pending_events = []
         self.workspace = Path(self.state.workspace).resolve()
         self.transcript = recent_transcript(self.store, self.state)
         self._catalog = RegistryCatalog(self.registry)
@@ -140,36 +143,37 @@ class Driver:
         the next durable commit, which always comes before the next model call, before
         any side effect and before the driver returns. Only a replay-safe turn (the
         model's answer and the results of reads) is deferred: losing it to a crash
-        just asks the model again.
+        just asks the model again. Events are folded once, here, with the store's own
+        ``fold_step``; the store checks the sequence and the lease.
         """
         clean = [NewEvent(type=e.type, data=self.redactor.scrub(e.data)) for e in events]
-        if defer:
-            self._buffer.extend(clean)
-            self.state = _fold_provisionally(self.state, clean)
-            return
-        batch = [*self._buffer, *clean]
-        self._buffer = []
-        if not batch:
+        if clean:
+            step = fold_step(self.state, clean, now=datetime.now(UTC))
+            self._pending = step if self._pending is None else self._pending.then(step)
+            self._pending_events.extend(clean)
+            self.state = step.state
+        if defer or self._pending is None:
             return
         for attempt in range(2):
             try:
-                state, stored = self.store.append_events(
-                    self.run_id,
-                    batch,
-                    expected_seq=self._stored.last_seq,
-                    lease_token=self.lease.token,
+                state, stored = self.store.append_folded(
+                    self.run_id, self._pending, lease_token=self.lease.token
                 )
             except ConcurrentUpdate:
                 if attempt:
                     raise
                 # Someone else (approve, answer, cancel) wrote in between: catch up,
                 # then store ours if the run still allows them.
+                events_again = self._pending_events
                 self.refresh()
-            except InvalidTransition:
-                if not attempt:
-                    raise  # our own decision was illegal: a bug, not a race
-                return  # the run moved on (e.g. cancelled): decide afresh
+                try:
+                    self._pending = fold_step(self.state, events_again, now=datetime.now(UTC))
+                except InvalidTransition:
+                    return  # the run moved on (e.g. cancelled): decide afresh
+                self._pending_events = events_again
+                self.state = self._pending.state
             else:
+                self._pending, self._pending_events = None, []
                 self._absorb(state, stored)
                 return
 
@@ -179,7 +183,7 @@ class Driver:
 
     def refresh(self) -> None:
         """Catch up with events other processes stored (dropping anything deferred)."""
-        self._buffer = []
+        self._pending, self._pending_events = None, []
         self.state = self._stored
         for event in self.store.read_events(self.run_id, after=self._stored.last_seq):
             self._absorb(self._stored.apply(event), [event])
@@ -519,19 +523,3 @@ def _reconciled(call_id: str, outcome: str, detail: str) -> NewEvent:
         type=EventType.CALL_RECONCILED,
         data={"call_id": call_id, "outcome": outcome, "detail": detail},
     )
-
-
-def _fold_provisionally(state: RunState, events: Sequence[NewEvent]) -> RunState:
-    """``state`` with ``events`` folded in as they will be numbered once stored."""
-    now = datetime.now(UTC)
-    for offset, new in enumerate(events, start=1):
-        event = Event(
-            run_id=state.run_id,
-            seq=state.last_seq + 1,
-            event_id=f"deferred-{offset}",
-            type=new.type,
-            recorded_at=now,
-            data=new.data,
-        )
-        state = state.apply(event)
-    return state

@@ -24,6 +24,7 @@ from keel.core.events import Event, NewEvent
 from keel.core.state import RunOptions, RunState
 from keel.core.status import RunStatus
 from keel.core.tasks import Task, TaskEvent, TaskStatus
+from keel.store.step import FoldedStep
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -80,6 +81,14 @@ class Store(Protocol):
         lease_token: str | None = None,
     ) -> tuple[RunState, list[Event]]:
         """Append one step's events atomically; return the new state and stored events."""
+        ...
+
+    def append_folded(
+        self, run_id: str, step: FoldedStep, *, lease_token: str | None = None
+    ) -> tuple[RunState, list[Event]]:
+        """Store a step the writer already folded with ``keel.store.step.fold_step`` onto
+        the state this store returned at ``step.base_seq`` (so it is folded once, not
+        twice); refused exactly as ``append_events`` is, nothing written."""
         ...
 
     def load_run(self, run_id: str) -> RunState:

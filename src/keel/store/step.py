@@ -60,9 +60,26 @@ def artifact_id(content: bytes) -> str:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FoldedStep:
+    """A step folded by its writer, ready to store: the store checks only that
+    ``base_seq`` is still the run's last sequence (and the writer's lease)."""
+
+    base_seq: int  # the run's last sequence the step was folded onto
+    base_status: RunStatus  # the run's status before the step
     state: RunState  # the run after the step
     events: list[Event]  # the step's events as they will be stored
     texts: list[str]  # each event's data as stored (JSON text)
+
+    def then(self, more: FoldedStep) -> FoldedStep:
+        """This step followed by ``more`` (folded onto this one's state), as one step."""
+        if more.base_seq != self.state.last_seq:
+            raise ValueError(f"step folded onto {more.base_seq}, not {self.state.last_seq}")
+        return FoldedStep(
+            base_seq=self.base_seq,
+            base_status=self.base_status,
+            state=more.state,
+            events=[*self.events, *more.events],
+            texts=[*self.texts, *more.texts],
+        )
 
 
 def fold_step(state: RunState, events: Sequence[NewEvent], *, now: datetime) -> FoldedStep:
@@ -74,6 +91,7 @@ def fold_step(state: RunState, events: Sequence[NewEvent], *, now: datetime) -> 
     loads = json.loads
     stored: list[Event] = []
     texts: list[str] = []
+    base_seq, base_status = state.last_seq, state.status
     seq = state.last_seq
     for new in events:
         seq += 1
@@ -92,7 +110,9 @@ def fold_step(state: RunState, events: Sequence[NewEvent], *, now: datetime) -> 
         state = state.apply(event)
         stored.append(event)
         texts.append(text)
-    return FoldedStep(state=state, events=stored, texts=texts)
+    return FoldedStep(
+        base_seq=base_seq, base_status=base_status, state=state, events=stored, texts=texts
+    )
 
 
 def checked_status_change(current: RunStatus, data: dict[str, Any]) -> dict[str, Any]:

@@ -39,6 +39,7 @@ from keel.store.postgres.connection import Database
 from keel.store.postgres.listener import Listener
 from keel.store.sql import load_queries
 from keel.store.step import (
+    FoldedStep,
     artifact_id,
     dump_json,
     fold_step,
@@ -211,17 +212,50 @@ class PostgresRuns:
                 if events:
                     continue  # the run moved back to expected_seq's reader: read again
                 return state, []
-            new_state, stored, params = _fold_step(state, events)
-            params.update({"id": run_id, "expected": expected_seq, "token": lease_token})
-            with self._db.connection() as conn, conn.pipeline():
-                appended = conn.execute(Q["append_events"], params)
-                conn.execute(Q["notify_events"], {"id": run_id, "last_seq": new_state.last_seq})
-                written = appended.fetchall()
-            if written:
-                self._remember(new_state)
-                return new_state, stored
+            step = fold_step(state, events, now=datetime.now(UTC))
+            if self._write_step(run_id, step, lease_token):
+                return step.state, step.events
             self._refusal(run_id, expected_seq, lease_token)
         raise StoreError(f"run {run_id}: append kept racing; retry the step")
+
+    def append_folded(
+        self, run_id: str, step: FoldedStep, *, lease_token: str | None = None
+    ) -> tuple[RunState, list[Event]]:
+        """Store a step its writer folded with ``fold_step`` onto the state this store
+        returned at ``step.base_seq``; refused exactly as ``append_events`` is."""
+        if not step.events:
+            return self.append_events(
+                run_id, [], expected_seq=step.base_seq, lease_token=lease_token
+            )
+        if self._write_step(run_id, step, lease_token):
+            return step.state, step.events
+        self._refusal(run_id, step.base_seq, lease_token)
+        raise StoreError(f"append to {run_id} refused and no reason found; retry")
+
+    def _write_step(self, run_id: str, step: FoldedStep, lease_token: str | None) -> bool:
+        """One statement: head moved and events inserted, or nothing (False)."""
+        state = step.state
+        params: dict[str, Any] = {
+            "id": run_id,
+            "expected": step.base_seq,
+            "token": lease_token,
+            "snapshot": dump_json(state.to_dict()),
+            "status": state.status.value,
+            "last_seq": state.last_seq,
+            "at": datetime.now(UTC),
+            "seqs": [e.seq for e in step.events],
+            "event_ids": [e.event_id for e in step.events],
+            "types": [e.type.value for e in step.events],
+            "ats": [e.recorded_at for e in step.events],
+            "datas": step.texts,
+        }
+        with self._db.connection() as conn, conn.pipeline():
+            appended = conn.execute(Q["append_events"], params)
+            conn.execute(Q["notify_events"], {"id": run_id, "last_seq": state.last_seq})
+            written = appended.fetchall()
+        if written:
+            self._remember(state)
+        return bool(written)
 
     def _refusal(self, run_id: str, expected_seq: int, lease_token: str | None) -> None:
         """Raise why an append at ``expected_seq`` with ``lease_token`` cannot be written."""
@@ -379,25 +413,6 @@ class PostgresRuns:
         if row is None:
             raise NotFound(f"no artifact with id {artifact_id!r}; `keel show RUN_ID` lists a run's")
         return _artifact(row[:5]), bytes(row[5])
-
-
-def _fold_step(
-    state: RunState, events: Sequence[NewEvent]
-) -> tuple[RunState, list[Event], dict[str, Any]]:
-    """The run's state after ``events``, the stored events, and the append's parameters."""
-    now = datetime.now(UTC)
-    step = fold_step(state, events, now=now)
-    params: dict[str, Any] = {
-        "snapshot": dump_json(step.state.to_dict()),
-        "status": step.state.status.value,
-        "last_seq": step.state.last_seq,
-        "at": now,
-        "seqs": [e.seq for e in step.events],
-        "event_ids": [e.event_id for e in step.events],
-        "types": [e.type.value for e in step.events],
-        "datas": step.texts,
-    }
-    return step.state, step.events, params
 
 
 def _artifact(row: Sequence[Any]) -> Artifact:

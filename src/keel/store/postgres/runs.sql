@@ -37,9 +37,10 @@ WITH head AS (
     RETURNING id
 )
 INSERT INTO events (run_id, seq, event_id, type, recorded_at, data)
-SELECT head.id, e.seq, e.event_id, e.type, %(at)s, e.data::json
+SELECT head.id, e.seq, e.event_id, e.type, e.recorded_at, e.data::json
 FROM head, unnest(%(seqs)s::bigint[], %(event_ids)s::text[], %(types)s::text[],
-                  %(datas)s::text[]) AS e (seq, event_id, type, data)
+                  %(ats)s::timestamptz[], %(datas)s::text[])
+           AS e (seq, event_id, type, recorded_at, data)
 RETURNING seq
 
 -- name: notify_events

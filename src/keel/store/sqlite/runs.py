@@ -35,6 +35,7 @@ from keel.store.base import Artifact, Lease
 from keel.store.sql import load_queries
 from keel.store.sqlite.connection import Database
 from keel.store.step import (
+    FoldedStep,
     artifact_id,
     dump_json,
     fold_step,
@@ -205,18 +206,35 @@ class SQLiteRuns:
                 self._check_head(conn, run_id, expected_seq, None)
                 cached = self._state_and_snapshot_seq(conn, run_id, expected_seq)
         base, snapshot_seq = cached
-        now = datetime.now(UTC)
-        now_text = utc_text(now)
-        step = fold_step(base, events, now=now)
-        state, stored = step.state, step.events
+        step = fold_step(base, events, now=datetime.now(UTC))
+        return self._write_step(run_id, step, lease_token, snapshot_seq)
+
+    def append_folded(
+        self, run_id: str, step: FoldedStep, *, lease_token: str | None = None
+    ) -> tuple[RunState, list[Event]]:
+        """Store a step its writer folded with ``fold_step`` onto the state this store
+        returned at ``step.base_seq``; refused exactly as ``append_events`` is."""
+        if not step.events:
+            return self.append_events(
+                run_id, [], expected_seq=step.base_seq, lease_token=lease_token
+            )
+        cached = self._cached(run_id, step.base_seq)
+        snapshot_seq = cached[1] if cached is not None else -SNAPSHOT_EVERY  # unknown: rewrite
+        return self._write_step(run_id, step, lease_token, snapshot_seq)
+
+    def _write_step(
+        self, run_id: str, step: FoldedStep, lease_token: str | None, snapshot_seq: int
+    ) -> tuple[RunState, list[Event]]:
+        state, stored, expected_seq = step.state, step.events, step.base_seq
         seq = state.last_seq
+        now_text = utc_text(datetime.now(UTC))
         rows = [
-            (run_id, e.seq, e.event_id, e.type.value, now_text, text)
+            (run_id, e.seq, e.event_id, e.type.value, utc_text(e.recorded_at), text)
             for e, text in zip(stored, step.texts, strict=True)
         ]
         # The snapshot is rewritten on every status change and every SNAPSHOT_EVERY events;
         # readers fold the few events after it, so an append stays O(new events).
-        rewrite = state.status is not base.status or seq - snapshot_seq >= SNAPSHOT_EVERY
+        rewrite = state.status is not step.base_status or seq - snapshot_seq >= SNAPSHOT_EVERY
         with self._db.write() as conn:
             if rewrite:
                 params: tuple[object, ...] = (
