@@ -7,7 +7,6 @@ appear in event data, and are not passed to verifier processes.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -35,10 +34,6 @@ class Redactor:
         found.sort(key=lambda item: len(item[1]), reverse=True)
         return cls(tuple(found))
 
-    @classmethod
-    def from_environment(cls) -> Redactor:
-        return cls.from_mapping(os.environ)
-
     def scrub_text(self, text: str) -> str:
         for name, value in self.secrets:
             if value in text:
@@ -57,6 +52,7 @@ class Redactor:
             return [self.scrub(v) for v in value]
         return value
 
-    def child_environment(self) -> dict[str, str]:
-        """The current environment without secret-looking variables."""
-        return {k: v for k, v in os.environ.items() if not looks_secret(k)}
+
+def without_secrets(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` without the variables whose names look secret (for child processes)."""
+    return {name: value for name, value in environ.items() if not looks_secret(name)}

@@ -12,6 +12,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from typing import Any
 
 from keel.core.errors import ConcurrentUpdate, InvalidTransition, LeaseLost, ModelError, ToolError
 from keel.core.events import Event, EventType, NewEvent
-from keel.core.redact import Redactor
+from keel.core.redact import Redactor, without_secrets
 from keel.core.state import RunState, ValidationRecord, transition
 from keel.core.status import RunStatus
 from keel.loop.actions import CallModel, Commit, Halt, ReconcileCall, RunTool, RunVerifiers
@@ -72,7 +73,7 @@ class Driver:
     owner: str  # the run's identity, used by task tools
     lease: LeaseGuard = field(default_factory=LeaseGuard)
     on_event: EventSink | None = None
-    redactor: Redactor = field(default_factory=Redactor.from_environment)
+    redactor: Redactor = field(default_factory=lambda: Redactor.from_mapping(os.environ))
     verifier_timeout_s: float = VERIFIER_TIMEOUT_S
     should_stop: Callable[[], bool] | None = None  # checked between steps (graceful stop)
     transcript: Transcript = field(init=False)
@@ -484,7 +485,7 @@ class Driver:
             command,
             workspace=self.workspace,
             timeout_s=self.verifier_timeout_s,
-            env=self.redactor.child_environment(),
+            env=without_secrets(os.environ),
         )
         text = self.redactor.scrub_text(check.output)
         header = f"$ {command}\n[exit code {check.exit_code}]\n"

@@ -13,31 +13,25 @@ from __future__ import annotations
 import codecs
 import contextlib
 import os
-import re
 import selectors
 import shlex
 import signal
 import subprocess
 import time
 from collections import deque
-from collections.abc import Mapping
 from typing import Annotated
 
 from pydantic import Field
 
 from keel.core.errors import ToolError
+from keel.core.redact import without_secrets
 from keel.tools.base import Effect, Recovery, ToolContext, ToolResult, tool
 
 DEFAULT_TIMEOUT_S = 120.0
 MAX_TIMEOUT_S = 600.0
 OUTPUT_MAX_CHARS = 30_000
 EXIT_DRAIN_S = 1.0  # after the program exits, how long to wait for helpers holding its output
-SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
-
-
-def child_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    """``environ`` without variables whose names look like they hold secrets."""
-    return {name: value for name, value in environ.items() if not SECRET_NAME.search(name)}
+child_environment = without_secrets  # what a command sees: no secret-looking variables
 
 
 class BoundedText:
