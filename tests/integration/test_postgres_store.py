@@ -14,7 +14,7 @@ from keel.core.errors import SchemaTooNew, TaskNotClaimable
 from keel.core.status import RunStatus
 from keel.store.postgres.listener import LISTENER_NAME
 from keel.store.postgres.store import PostgresStore
-from keel.store.sql import load_queries
+from keel.store.postgres.tasks import CLAIM_NEXT
 from keel.store.url import open_store
 from keel.testing.stores import (
     append,
@@ -26,7 +26,6 @@ from keel.testing.stores import (
 )
 
 pytestmark = pytest.mark.postgres
-TASKS_SQL = load_queries("keel.store.postgres", "tasks.sql")
 
 
 @pytest.fixture
@@ -117,9 +116,7 @@ def test_claim_uses_its_index_on_a_table_with_a_million_finished_tasks(
     waiting = store.create_task("the one left", actor="p")
     params = {"owner": "w", "token": "t" * 32, "lease": 30.0}
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        plan = "\n".join(
-            r[0] for r in conn.execute("EXPLAIN " + TASKS_SQL["claim_next_task"], params)
-        )
+        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + CLAIM_NEXT, params))
     assert "Index Scan using tasks_ready on tasks r" in plan, plan  # the ready side
     leased_side = plan.split("tasks x", 1)[1].splitlines()[:2]  # the expired-lease side
     assert "Index Cond" in " ".join(leased_side), plan

@@ -47,6 +47,9 @@ from keel.store.postgres.connection import Database
 from keel.store.sql import load_queries
 
 Q = load_queries("keel.store.postgres", "tasks.sql")
+# A claim is one statement: a picker (which row) followed by the shared rest of a claim.
+CLAIM_NEXT = Q["claim_pick_next"] + "\n" + Q["claim_apply"]
+CLAIM_BY_ID = Q["claim_pick_by_id"] + "\n" + Q["claim_apply"]
 _ID_ATTEMPTS: Final = 16
 _RACE_RETRIES: Final = 5
 _WAITING_RUN: Final = "waiting"
@@ -317,10 +320,10 @@ class PostgresTasks:
             raise UsageError(f"a lease must last a positive number of seconds, not {lease_seconds}")
         params = {"owner": owner, "token": uuid.uuid4().hex, "lease": lease_seconds}
         if task_id is None:
-            row = self._write("claim_next_task", params)
+            row = self._write_sql(CLAIM_NEXT, params)
             return _task(row) if row is not None else None
         for _ in range(_RACE_RETRIES):
-            row = self._write("claim_task_by_id", {**params, "id": task_id})
+            row = self._write_sql(CLAIM_BY_ID, {**params, "id": task_id})
             if row is not None:
                 return _task(row)
             self._why_not_claimable(task_id)
@@ -386,7 +389,10 @@ class PostgresTasks:
 
     def _write(self, query: str, params: Mapping[str, Any]) -> Any:
         """The row of a one-statement write, or None when its checks refused it."""
-        return self._db.run(lambda conn: conn.execute(Q[query], params).fetchone())
+        return self._write_sql(Q[query], params)
+
+    def _write_sql(self, sql: str, params: Mapping[str, Any]) -> Any:
+        return self._db.run(lambda conn: conn.execute(sql, params).fetchone())
 
     def _holder_write(self, query: str, params: dict[str, Any], action: str) -> Task:
         for _ in range(_RACE_RETRIES):

@@ -109,7 +109,7 @@ FROM task_events WHERE task_id = %(id)s ORDER BY seq
 -- name: task_exists
 SELECT 1 FROM tasks WHERE id = %(id)s
 
--- name: claim_next_task
+-- name: claim_pick_next
 -- The next claimable task, in one statement: first an in-progress task whose lease
 -- expired (reclaimed: task_reclaimed then task_claimed), else the oldest pending task
 -- with every blocker completed (re-checked here; a pending task whose run waits for a
@@ -136,34 +136,10 @@ WITH picked AS (
          LIMIT 1
          FOR UPDATE SKIP LOCKED))
     FOR UPDATE
-), reclaimed AS (
-    INSERT INTO task_events (task_id, seq, type, actor, recorded_at, data)
-    SELECT id, version + 1, 'task_reclaimed', %(owner)s, now(),
-           json_build_object('previous_owner', owner, 'previous_token', lease_token,
-                             'lease_expired_at', keel_iso(lease_expires_at))
-    FROM picked WHERE status = 'in_progress'
-), claimed AS (
-    UPDATE tasks t
-    SET status = 'in_progress', owner = %(owner)s, lease_token = %(token)s,
-        lease_expires_at = now() + make_interval(secs => %(lease)s),
-        attempt = t.attempt + 1, updated_at = now(),
-        version = p.version + CASE WHEN p.status = 'in_progress' THEN 2 ELSE 1 END
-    FROM picked p
-    WHERE t.id = p.id
-    RETURNING t.id, t.subject, t.description, t.status, t.owner, t.lease_token,
-              t.lease_expires_at, t.attempt, t.result, t.run_id, t.options,
-              t.idempotency_key, t.created_at, t.updated_at, t.version, t.blocked_by
-), event AS (
-    INSERT INTO task_events (task_id, seq, type, actor, recorded_at, data)
-    SELECT id, version, 'task_claimed', owner, updated_at,
-           json_build_object('owner', owner, 'token', lease_token, 'attempt', attempt,
-                             'lease_expires_at', keel_iso(lease_expires_at))
-    FROM claimed
 )
-SELECT * FROM claimed
 
--- name: claim_task_by_id
--- claim_next_task for one named task (waits for a concurrent writer of that row).
+-- name: claim_pick_by_id
+-- claim_pick_next for one named task (waits for a concurrent writer of that row).
 WITH picked AS (
     SELECT t.id, t.status, t.owner, t.lease_token, t.lease_expires_at, t.version
     FROM tasks t
@@ -175,7 +151,12 @@ WITH picked AS (
       AND NOT EXISTS (SELECT 1 FROM task_dependencies d JOIN tasks b ON b.id = d.blocker_id
                       WHERE d.task_id = t.id AND b.status <> 'completed')
     FOR UPDATE OF t
-), reclaimed AS (
+)
+
+-- name: claim_apply
+-- The rest of a claim, appended to a picker (claim_pick_next or claim_pick_by_id, each
+-- a `WITH picked AS (...)`): record a reclaim, take the lease, record the claim.
+, reclaimed AS (
     INSERT INTO task_events (task_id, seq, type, actor, recorded_at, data)
     SELECT id, version + 1, 'task_reclaimed', %(owner)s, now(),
            json_build_object('previous_owner', owner, 'previous_token', lease_token,
