@@ -29,7 +29,7 @@ from keel.loop.actions import (
     RunVerifiers,
 )
 from keel.loop.outcomes import failed_event, finished_event, loose_arguments, note_event
-from keel.policy.approvals import approval_digest, expires_at, is_expired, risk_of
+from keel.policy.approvals import approval_digest, approval_request, expires_at, is_expired
 from keel.policy.modes import Mode
 from keel.policy.plans import follow_on_mode, plan_approved_events, todos_from_plan
 
@@ -302,7 +302,7 @@ def _dispatch_next(state: RunState, sit: Situation) -> Action:
     if name == "plan_exit":
         return _plan_exit(state, sit, call_id, args, digest)
     if verdict.action == "ask" and digest not in state.grants:
-        return _ask_approval(state, sit, call_id, name, info.effect, args, digest, verdict.reason)
+        return _ask_approval(state, sit, call_id, name, info.effect, args, verdict)
 
     grant = digest if digest in state.grants else None
     if name in CONTROL_TOOLS:
@@ -368,27 +368,21 @@ def _ask_approval(
     name: str,
     effect: str,
     args: dict[str, Any],
-    digest: str,
-    why: str,
+    verdict: Verdict,
 ) -> Commit:
-    expires = _expiry(state, sit)
+    request = approval_request(
+        call_id=call_id,
+        tool=name,
+        effect=effect,
+        arguments=args,
+        workspace=sit.workspace,
+        now=sit.now,
+        ttl_seconds=state.options.approval_timeout_s or sit.approval_ttl_s,
+        rule=verdict.rule,
+        reason=verdict.reason,
+    )
     return Commit(
-        events=(
-            NewEvent(
-                type=EventType.APPROVAL_REQUESTED,
-                data={
-                    "kind": "approval",
-                    "call_id": call_id,
-                    "tool": name,
-                    "arguments": args,
-                    "digest": digest,
-                    "risk": risk_of(effect, name, args),
-                    "why": why,
-                    "expires_at": expires,
-                },
-            ),
-            transition(state, RunStatus.WAITING, f"approval:{call_id} {name}"),
-        )
+        events=(request, transition(state, RunStatus.WAITING, f"approval:{call_id} {name}"))
     )
 
 

@@ -73,6 +73,9 @@ def is_expired(expires_at: str | None, now: datetime) -> bool:
 
 # --- events ----------------------------------------------------------------------------
 
+# What a person can approve: a gated call, a plan, or re-running an interrupted call.
+APPROVAL_KINDS = frozenset({"approval", "plan", "unknown_outcome"})
+
 
 def approval_request(
     *,
@@ -117,7 +120,7 @@ def decide_approval(
     the request has expired (the run then fails with ``approval_timeout``).
     """
     pending = state.pending
-    if pending is None or pending.kind != "approval":
+    if pending is None or pending.kind not in APPROVAL_KINDS:
         raise NothingPending(state.run_id, "an approval")
     if is_expired(pending.expires_at, now):
         raise UsageError(
@@ -130,6 +133,7 @@ def decide_approval(
     return NewEvent(
         type=EventType.APPROVAL_GRANTED if approve else EventType.APPROVAL_DENIED,
         data={
+            "kind": pending.kind,
             "call_id": pending.call_id,
             "tool": pending.tool,
             "digest": pending.digest,
@@ -152,6 +156,7 @@ def grant_matches(
 
 
 __all__ = [
+    "APPROVAL_KINDS",
     "Risk",
     "approval_digest",
     "approval_request",

@@ -13,10 +13,9 @@ from keel.core.errors import NothingPending, UsageError
 from keel.core.events import EventType, NewEvent
 from keel.core.state import RunState, transition
 from keel.core.status import RunStatus
-from keel.policy.approvals import is_expired
+from keel.policy.approvals import APPROVAL_KINDS, is_expired
+from keel.policy.approvals import decide_approval as approval_decision
 from keel.store.base import Store
-
-APPROVAL_KINDS = frozenset({"approval", "plan", "unknown_outcome"})
 
 
 def decide_approval(
@@ -42,18 +41,10 @@ def decide_approval(
             f"the approval request of run {run_id} expired at {pending.expires_at}; "
             "the run is now failed with approval_timeout"
         )
-    decided = {
-        "kind": pending.kind,
-        "call_id": pending.call_id,
-        "tool": pending.tool,
-        "digest": pending.digest,
-        "by": by,
-        "reason": reason,
-    }
-    if not deny:
-        events = [NewEvent(type=EventType.APPROVAL_GRANTED, data=decided)]
-    else:
-        events = [NewEvent(type=EventType.APPROVAL_DENIED, data=decided)]
+    events = [
+        approval_decision(state, approve=not deny, by=by, reason=reason, now=datetime.now(UTC))
+    ]
+    if deny:
         if pending.kind == "unknown_outcome":
             events.append(
                 NewEvent(
