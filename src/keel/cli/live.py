@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.console import Group, RenderableType
 from rich.live import Live
 from rich.panel import Panel
@@ -12,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from keel.cli.common import console
+from keel.cli.runs import event_summary
 from keel.core.budget import Dimension
 from keel.core.events import Event, EventType
 from keel.core.state import RunState
@@ -30,41 +29,27 @@ STATUS_STYLE = {
 ACTIVITY_LINES = 8
 
 
+# Bookkeeping events the live view leaves out (`keel events` shows every event).
+QUIET = frozenset(
+    {
+        EventType.RUN_CREATED,
+        EventType.RUN_RESUMED,
+        EventType.MODEL_REQUESTED,
+        EventType.TOOL_STARTED,
+        EventType.VERIFICATION_STARTED,
+        EventType.TODO_UPDATED,
+        EventType.APPROVAL_GRANTED,
+        EventType.INPUT_RECEIVED,
+        EventType.CALL_RECONCILED,
+    }
+)
+
+
 def describe_event(event: Event) -> str | None:
-    """One human line for an event, or None for bookkeeping events."""
-    d: dict[str, Any] = event.data
-    t = event.type
-    if t is EventType.MODEL_RESPONDED:
-        calls = ", ".join(c["name"] for c in d.get("tool_calls", ()))
-        said = (d.get("content") or "").strip().replace("\n", " ")
-        return f"model: {'calls ' + calls if calls else said[:100] or '(empty)'}"
-    if t is EventType.TOOL_FINISHED:
-        return f"tool {d.get('tool')}: ok {_args(d.get('arguments'))}"
-    if t is EventType.TOOL_FAILED:
-        return f"tool {d.get('tool')}: {d.get('error_kind')}: {str(d.get('message'))[:120]}"
-    if t is EventType.STATUS_CHANGED:
-        reason = f" ({d['reason']})" if d.get("reason") else ""
-        return f"status {d.get('from')} -> {d.get('to')}{reason}"
-    if t is EventType.VERIFICATION_PASSED:
-        return "verification passed"
-    if t is EventType.VERIFICATION_FAILED:
-        return "verification failed: " + "; ".join(d.get("gaps", ()))
-    if t is EventType.APPROVAL_REQUESTED:
-        return f"waiting for approval: {d.get('tool')} {_args(d.get('arguments'))}"
-    if t is EventType.INPUT_REQUESTED:
-        return f"question: {d.get('question')}"
-    if t is EventType.RETRY_SCHEDULED:
-        return f"provider error, retry {d.get('attempt')} in {d.get('wait_seconds', 0):.1f}s"
-    if t in (EventType.BUDGET_WARNING, EventType.BUDGET_EXHAUSTED, EventType.NO_PROGRESS_DETECTED):
-        return f"{t.value.replace('_', ' ')}: {d.get('dimension') or d.get('what')}"
-    if t is EventType.NOTE_ADDED:
-        return f"harness note: {str(d.get('text', '')).splitlines()[0][:100]}"
-    return None
-
-
-def _args(arguments: Any) -> str:
-    text = str(arguments)
-    return text if len(text) <= 80 else text[:77] + "..."
+    """One human line for an event (as `keel events` words it), or None for bookkeeping."""
+    if event.type in QUIET:
+        return None
+    return f"{event.type.value.replace('_', ' ')}: {event_summary(event)}"
 
 
 class LiveView:
