@@ -23,10 +23,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic_core import ErrorDetails
 
 from keel.core.errors import ToolArgumentError, ToolError, UsageError
+from keel.core.guard import PathGuard
 from keel.tools.workspace import current_hash
 
 if TYPE_CHECKING:
     from keel.core.state import RunState
+    from keel.sandbox.base import Sandbox
     from keel.store.base import Store
 
 
@@ -68,6 +70,10 @@ class ToolContext:
     owner: str
     store: Store | None = None
     state: RunState | None = None
+    guard: PathGuard = field(default_factory=PathGuard)  # protected, secret, hidden paths
+    sandbox: Sandbox | None = None  # None: commands run unconfined (tests of the tools)
+    git_writable: bool = False  # an approved call may write below .git (not config, hooks)
+    on_spawn: Callable[[int], None] | None = None  # told a command's process group id
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
