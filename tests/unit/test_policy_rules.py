@@ -122,7 +122,8 @@ def test_rules_can_tighten_and_loosen_the_mode_default(
         ('["git", "pu*"]', ["git", "pull"], True),
         ('["rm", "-*r*"]', ["rm", "-rf", "build"], True),
         ('["rm", "-*r*"]', ["rm", "build"], False),
-        ('["curl"]', ["/usr/bin/curl"], False),
+        ('["curl"]', ["/usr/bin/curl"], True),  # the program's name, wherever it lives
+        ('["curl"]', ["curly"], False),
     ],
 )
 def test_argv_glob_string_matches_joined_argv_and_list_matches_a_prefix(
@@ -180,6 +181,161 @@ def test_argv_rule_never_matches_a_call_without_argv(
 
     assert decide(policy, "write_file", path="a.txt", content="").action == "allow"
     assert decide(policy, "run_command", argv=["ls"]).action == "deny"
+
+
+def test_argv_rules_read_the_command_as_it_runs(
+    make_policy: Callable[[str], Policy], fake_path: str
+) -> None:
+    policy = make_policy('[[rule]]\naction = "deny"\nargv = ["git", "push"]\n')
+
+    assert run(policy, fake_path, "env", "FOO=1", "git", "-C", ".", "push").action == "deny"
+    assert run(policy, fake_path, "sh", "-c", "git --no-pager push").action == "deny"
+    assert run(policy, fake_path, "git", "status").action == "ask"  # edit mode's default
+
+
+# --- commands as they run ----------------------------------------------------------------
+
+FAKE_PROGRAMS = ("git", "make", "pytest", "rm", "ls", "python3", "sh")
+
+
+@pytest.fixture
+def fake_path(tmp_path: Path) -> str:
+    """A PATH of one folder with an executable file for each of FAKE_PROGRAMS."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    for name in FAKE_PROGRAMS:
+        (folder / name).write_text("#!/bin/sh\n")
+        (folder / name).chmod(0o755)
+    return str(folder)
+
+
+def run(policy: Policy, path: str, *argv: str, mode: Mode = Mode.EDIT) -> Decision:
+    """Decide a run_command of ``argv`` with programs looked up in ``path``."""
+    arguments = {"argv": list(argv)}
+    return policy.decide(
+        "run_command", "execute", arguments, mode=mode, workspace=WORKSPACE, env={"PATH": path}
+    )
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("env", "git", "push"),
+        ("git", "-C", ".", "push", "origin"),
+        ("nice", "-n", "5", "timeout", "10", "git", "push"),
+        ("sh", "-c", "make && git push"),
+        ("bash", "-lc", "cd src; git --no-pager push"),
+        ("git", "send-pack", "origin"),
+        ("xargs", "git", "push"),
+        ("sh", "-c", "git push; echo $(date)"),  # opaque too, but the push is plain to see
+    ],
+    ids=" ".join,
+)
+def test_deny_rule_matches_any_spelling_of_any_command_run(
+    make_policy: Callable[[str], Policy], fake_path: str, argv: tuple[str, ...]
+) -> None:
+    policy = make_policy(ALLOW_PUSH + DENY_PUSH)
+
+    decision = run(policy, fake_path, *argv, mode=Mode.AUTO)
+
+    assert (decision.action, decision.permanent) == ("deny", True)
+    assert "argv='git push*'" in decision.rule
+
+
+def test_allow_rule_needs_the_normal_form_of_every_command_to_match(
+    make_policy: Callable[[str], Policy], fake_path: str
+) -> None:
+    policy = make_policy('[[rule]]\naction = "allow"\nargv = "pytest*"\n')
+
+    assert run(policy, fake_path, "sh", "-c", "pytest -q && pytest -x").action == "allow"
+    assert run(policy, fake_path, "env", "CI=1", "pytest").action == "allow"
+    mixed = run(policy, fake_path, "sh", "-c", "pytest && rm -rf build")
+    assert (mixed.action, mixed.rule) == ("ask", "mode:edit")
+    empty = run(policy, fake_path, "sh", "-c", "# nothing")
+    assert (empty.action, empty.rule) == ("ask", "mode:edit")
+
+
+def test_allow_rule_never_allows_a_command_it_cannot_read(
+    make_policy: Callable[[str], Policy], fake_path: str
+) -> None:
+    policy = make_policy('[[rule]]\naction = "allow"\nargv = "python3*"\n')
+
+    assert run(policy, fake_path, "python3", "tool.py").action == "allow"
+    inline = run(policy, fake_path, "python3", "-c", "import os")
+    assert (inline.action, inline.rule) == ("ask", "mode:edit")
+
+
+@pytest.mark.parametrize("action", ["deny", "ask"])
+def test_a_command_that_cannot_be_read_asks_naming_the_rule_it_cannot_be_checked_against(
+    make_policy: Callable[[str], Policy], fake_path: str, action: str
+) -> None:
+    policy = make_policy(
+        f'[[rule]]\naction = "{action}"\ntool = "run_command"\nargv = "git push*"\n'
+    )
+
+    decision = run(policy, fake_path, "python3", "-c", "import os", mode=Mode.AUTO)
+
+    assert (decision.action, decision.permanent) == ("ask", False)
+    assert f"{action} run_command argv='git push*'" in decision.rule
+    assert "cannot be checked against policy rule" in decision.reason
+    assert "python3 runs inline code (-c)" in decision.reason
+
+
+def test_unreadable_commands_are_left_to_the_mode_when_no_deny_or_ask_argv_rule_applies(
+    make_policy: Callable[[str], Policy], fake_path: str
+) -> None:
+    policy = make_policy(
+        '[[rule]]\naction = "deny"\npath = "secrets/*"\n'
+        '[[rule]]\naction = "allow"\nargv = "make*"\n'
+        '[[rule]]\naction = "deny"\ntool = "write_file"\nargv = "*"\n'
+    )
+
+    decision = run(policy, fake_path, "python3", "-c", "import os", mode=Mode.AUTO)
+
+    assert (decision.action, decision.rule) == ("allow", "mode:auto")
+
+
+def test_asking_about_an_unreadable_command_never_loosens_plan_mode(
+    make_policy: Callable[[str], Policy], fake_path: str
+) -> None:
+    policy = make_policy(DENY_PUSH)
+
+    decision = run(policy, fake_path, "python3", "-c", "x", mode=Mode.PLAN)
+
+    assert (decision.action, decision.rule) == ("deny", "mode:plan")
+
+
+# --- reading tools and path lists --------------------------------------------------------
+
+
+def test_read_denied_paths_are_the_deny_path_globs_that_apply_to_reading_tools(
+    make_policy: Callable[[str], Policy],
+) -> None:
+    policy = make_policy(
+        '[[rule]]\naction = "deny"\npath = "secrets/*"\n'
+        '[[rule]]\naction = "deny"\ntool = "read_file"\npath = "*.key"\n'
+        '[[rule]]\naction = "deny"\ntool = "gr*"\npath = "private/*"\n'
+        '[[rule]]\naction = "deny"\ntool = "write_file"\npath = "docs/*"\n'
+        '[[rule]]\naction = "ask"\npath = "notes/*"\n'
+        '[[rule]]\naction = "allow"\npath = "public/*"\n'
+        '[[rule]]\naction = "deny"\ntool = "*"\npath = "secrets/*"\n'
+    )
+
+    assert policy.read_denied_paths() == ("secrets/*", "*.key", "private/*")
+
+
+def test_policy_file_lists_protected_and_secret_paths_and_stores_them(
+    make_policy: Callable[[str], Policy],
+) -> None:
+    policy = make_policy(
+        'protected = ["deploy/*"]\nsecret = ["credentials/*", "*.pem"]\n\n'
+        '[[rule]]\naction = "ask"\ntool = "*"\n'
+    )
+
+    assert policy.protected == ("deploy/*",)
+    assert policy.secret == ("credentials/*", "*.pem")
+    stored = json.loads(json.dumps(RunOptions(policy=policy.to_dict()).to_dict()))
+    assert Policy.from_dict(RunOptions.from_dict(stored).policy) == policy
 
 
 # --- limits rules cannot lift ------------------------------------------------------------
@@ -259,6 +415,8 @@ def test_no_mode_or_allow_rule_reaches_a_path_outside_the_workspace(
         ('[[rule]]\ntool = "x"\n\n[[rules]]\naction = "deny"\n', 4, "unknown key 'rules'"),
         ('[[rule]]\ntool = "x"\n', 1, "action must be one of"),
         ('# x\n[[rule]]\naction = "deny"\nreason = "why"\n', 2, "at least one of tool, argv"),
+        ('\nsecret = "credentials/*"\n', 2, "must be a list of path globs"),
+        ('protected = ["deploy", 3]\n', 1, "must be a list of path globs"),
     ],
 )  # fmt: skip
 def test_malformed_policy_file_is_reported_with_file_and_line(

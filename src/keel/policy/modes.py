@@ -14,8 +14,10 @@ so policy does not depend on ``keel.tools``) and, for ``plan_exit``, its name:
     is exactly the approval of the plan, so it goes through the ordinary approval
     flow: digest, grant, exactly-once); in every other mode it is refused with a
     message saying there is no plan mode to leave (not permanent: harmless to retry).
-(2) Refusals in plan mode are not permanent: they tell the model it is in plan
-    mode and how to leave it (``plan_write`` then ``plan_exit``).
+(2) ``plan_write`` is a write (of ``plans/PLAN.md``), allowed in plan mode: it
+    is what plan mode is for. Other refusals in plan mode are not permanent: they
+    tell the model it is in plan mode and how to leave it (``plan_write`` then
+    ``plan_exit``).
 (3) ``auto`` allows everything *inside the workspace*; an external call reaches
     outside it by definition, so it still needs approval unless a rule allows it.
 """
@@ -33,6 +35,7 @@ Action = Literal["allow", "ask", "deny"]
 ACTIONS: tuple[Action, ...] = ("allow", "ask", "deny")  # in order of strictness
 EFFECTS = ("read", "write", "execute", "external", "state")
 PLAN_EXIT = "plan_exit"
+PLAN_WRITE = "plan_write"
 
 
 class Mode(StrEnum):
@@ -68,6 +71,7 @@ class Decision:
     rule: str
     reason: str
     permanent: bool = False
+    writes_git: bool = False  # an allowed or approved command may write below .git
 
     @property
     def allowed(self) -> bool:
@@ -115,6 +119,10 @@ def mode_default(tool: str, effect: str, mode: Mode) -> Decision:
             "so carry on with the work",
         )
     action = _DEFAULTS[effect][mode]
+    if tool == PLAN_WRITE and mode is Mode.PLAN:
+        return Decision(
+            action="allow", rule=rule, reason="writing the plan is what plan mode is for"
+        )
     if mode is Mode.PLAN and action == "deny":
         return Decision(action="deny", rule=rule, reason=plan_mode_message(tool))
     verb = {"allow": "are allowed", "ask": "need approval", "deny": "are refused"}[action]

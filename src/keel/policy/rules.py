@@ -1,6 +1,9 @@
 """User rules on top of the mode defaults, loaded from ``.keel/policy.toml`` or ``--policy``.
 
-A policy file is a list of ``[[rule]]`` tables::
+A policy file is a list of ``[[rule]]`` tables, and optionally lists of paths::
+
+    protected = ["deploy/*"]     # never written by the model (as .keel/ is)
+    secret = ["credentials/*"]   # reading needs approval; left out of listings and diffs
 
     [[rule]]
     action = "deny"              # allow | ask | deny
@@ -14,8 +17,25 @@ All matchers given must match; a rule needs at least one. Among matching rules
 deny beats ask beats allow, whatever their order. A rule may tighten or loosen
 the mode default, except in plan mode and for paths outside the workspace,
 where rules can only make the decision stricter. Globs are matched case-
-sensitively (``fnmatchcase``) so a resumed run decides the same on any machine;
-``*`` also matches ``/``.
+sensitively (``fnmatchcase``); ``*`` also matches ``/``.
+
+Rules match what a call *does*, not only how it is spelled:
+
+- ``argv`` is matched against the command as ``normalise_command`` reads it:
+  every simple command it runs (through wrappers, ``sh -c`` strings, ``find
+  -exec``...), each in several spellings (as written, program name without
+  its directory, real program name after PATH lookup and symbolic links, git
+  with its global options dropped and plumbing named as porcelain). A deny or
+  ask rule matches when *any* spelling of *any* simple command matches; an
+  allow rule only when the normal spelling of *every* simple command matches
+  and nothing was left unread. When part of a command cannot be read (``$(...)``,
+  ``python -c``, ``eval``, ``xargs``...) and a deny or ask ``argv`` rule could
+  apply to the call, the call needs approval, naming the rule.
+- ``path`` is matched against the path as written (relative to the workspace)
+  and against the real path with symbolic links followed. A deny or ask rule
+  matches either; an allow rule must match the real path.
+
+These rules state intent; the OS sandbox is what confines commands.
 """
 
 from __future__ import annotations
@@ -30,13 +50,27 @@ from pathlib import Path
 from typing import Any, cast
 
 from keel.core.errors import ConfigError
+from keel.policy.commands import CommandView, normalise_command
 from keel.policy.modes import ACTIONS, Action, Decision, Mode, mode_default, strictness
 
 POLICY_FILE = Path(".keel") / "policy.toml"
 RULE_KEYS = ("action", "tool", "argv", "path", "reason")
 MATCHER_KEYS = ("tool", "argv", "path")
+PATH_LISTS = ("protected", "secret")  # top-level keys of a policy file besides [[rule]]
 # Tools whose ``path`` argument is optional, and what it means when omitted (SPEC tool table).
 PATH_DEFAULTS = {"list_dir": ".", "grep": "."}
+# Tools that only read; a deny rule on a path applying to them hides it from listings too.
+READ_TOOLS = ("read_file", "list_dir", "glob", "grep")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Call:
+    """One proposed call as the rules read it."""
+
+    tool: str
+    command: CommandView | None = None  # what ``argv`` runs (None: the call has no argv)
+    path: str | None = None  # workspace-relative as written (None: no path, or outside)
+    real_path: str | None = None  # workspace-relative with symlinks followed (None: outside)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -60,12 +94,34 @@ class Rule:
             parts.append(f"path={self.path!r}")
         return " ".join(parts)
 
-    def matches(self, tool: str, arguments: Mapping[str, Any], rel_path: str | None) -> bool:
-        if self.tool is not None and not fnmatchcase(tool, self.tool):
+    def matches(self, call: Call) -> bool:
+        """True when every matcher matches; see the module docstring for argv and path."""
+        if not self.applies_to(call):
             return False
-        if self.argv is not None and not _argv_matches(self.argv, arguments.get("argv")):
+        if self.argv is not None:
+            if call.command is None:
+                return False
+            if self.action == "allow":
+                view = call.command
+                if view.opaque is not None or not view.forms:
+                    return False
+                return all(_argv_matches(self.argv, form.normal) for form in view.forms)
+            return any(
+                _argv_matches(self.argv, spelling)
+                for form in call.command.forms
+                for spelling in form.spellings
+            )
+        return True
+
+    def applies_to(self, call: Call) -> bool:
+        """The tool and path matchers (not ``argv``) match ``call``."""
+        if self.tool is not None and not fnmatchcase(call.tool, self.tool):
             return False
-        return self.path is None or (rel_path is not None and fnmatchcase(rel_path, self.path))
+        if self.path is None:
+            return True
+        if self.action == "allow":
+            return call.real_path is not None and fnmatchcase(call.real_path, self.path)
+        return any(p is not None and fnmatchcase(p, self.path) for p in (call.path, call.real_path))
 
     def decision(self) -> Decision:
         rule = self.describe()
@@ -94,9 +150,7 @@ class Rule:
         return d
 
 
-def _argv_matches(pattern: str | tuple[str, ...], argv: Any) -> bool:
-    if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
-        return False
+def _argv_matches(pattern: str | tuple[str, ...], argv: tuple[str, ...]) -> bool:
     if isinstance(pattern, str):
         return fnmatchcase(" ".join(argv), pattern)
     return len(argv) >= len(pattern) and all(map(fnmatchcase, argv, pattern))
@@ -118,12 +172,26 @@ def workspace_relative(path: str, workspace: Path) -> str | None:
     return full[len(prefix) :].replace(os.sep, "/")
 
 
+def real_relative(path: str, workspace: Path) -> str | None:
+    """``path`` relative to the workspace with every symbolic link followed, or None if outside.
+
+    Resolution never fails: a path that does not exist yet resolves as far as it exists.
+    """
+    try:
+        root = os.path.realpath(workspace)
+        return workspace_relative(os.path.realpath(os.path.join(root, path)), Path(root))
+    except (OSError, ValueError):
+        return None
+
+
 @dataclass(frozen=True, slots=True)
 class Policy:
-    """The user's rules (possibly none) and where they came from; decides every call."""
+    """The user's rules and path lists (possibly none) and where they came from."""
 
     rules: tuple[Rule, ...] = ()
     source: str | None = None
+    protected: tuple[str, ...] = ()  # path globs never written (PathGuard.protected)
+    secret: tuple[str, ...] = ()  # path globs whose reading needs approval (PathGuard.secret)
 
     def decide(
         self,
@@ -133,38 +201,110 @@ class Policy:
         *,
         mode: Mode,
         workspace: Path,
+        env: Mapping[str, str] | None = None,
     ) -> Decision:
-        """Allow, ask or deny one call: matching user rules first, then the mode default."""
+        """Allow, ask or deny one call: matching user rules first, then the mode default.
+
+        ``env`` supplies the PATH in which ``run_command`` programs are looked up
+        (default: this process's environment).
+        """
         base = mode_default(tool, effect, mode)
         only_tighten = mode is Mode.PLAN  # plan mode: no rule lets a write through
-        rel_path = None
+        call = self.read_call(tool, arguments, workspace=workspace, env=env)
         path_arg = arguments.get("path", PATH_DEFAULTS.get(tool))
-        if isinstance(path_arg, str):
-            rel_path = workspace_relative(path_arg, workspace)
-            if rel_path is None:
-                # No mode (not even auto) and no allow rule lets a call reach outside the
-                # workspace. The file tools refuse such paths too (and catch symlink escapes,
-                # which this lexical check cannot); refusing here means no one is asked.
-                base = Decision(
-                    action="deny",
-                    rule="workspace",
-                    reason=f"path {path_arg!r} is outside the workspace {workspace}; "
-                    "use a path inside it",
-                )
-                only_tighten = True
-        matching = [r for r in self.rules if r.matches(tool, arguments, rel_path)]
-        if not matching:
+        if isinstance(path_arg, str) and call.path is None:
+            # No mode (not even auto) and no allow rule lets a call reach outside the
+            # workspace. The file tools refuse such paths too (and catch symlink escapes,
+            # which this lexical check cannot); refusing here means no one is asked.
+            base = Decision(
+                action="deny",
+                rule="workspace",
+                reason=f"path {path_arg!r} is outside the workspace {workspace}; "
+                "use a path inside it",
+            )
+            only_tighten = True
+        decisions = [r.decision() for r in self.rules if r.matches(call)]
+        unread = self._unread_command(call)
+        if unread is not None:
+            decisions.append(unread)
+        if not decisions:
             return base
-        strongest = max(matching, key=lambda r: strictness(r.action))  # first of equals
+        strongest = max(decisions, key=lambda d: strictness(d.action))  # first of equals
         if only_tighten and strictness(strongest.action) <= strictness(base.action):
             return base
-        return strongest.decision()
+        return strongest
+
+    def read_call(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any],
+        *,
+        workspace: Path,
+        env: Mapping[str, str] | None = None,
+    ) -> Call:
+        """``arguments`` as the rules read them: the command's forms, the path's spellings.
+
+        The file system is only consulted (PATH lookup, symbolic links) when some
+        rule has an ``argv`` or ``path`` matcher to check.
+        """
+        command = None
+        argv = arguments.get("argv")
+        if (
+            any(r.argv is not None for r in self.rules)
+            and isinstance(argv, list)
+            and all(isinstance(a, str) for a in argv)
+        ):
+            search = (os.environ if env is None else env).get("PATH", os.defpath)
+            command = normalise_command(argv, cwd=workspace, path=search)
+        path_arg = arguments.get("path", PATH_DEFAULTS.get(tool))
+        path = real = None
+        if isinstance(path_arg, str):
+            path = workspace_relative(path_arg, workspace)
+            if path is not None and any(r.path is not None for r in self.rules):
+                real = real_relative(path, workspace)
+        return Call(tool=tool, command=command, path=path, real_path=real)
+
+    def _unread_command(self, call: Call) -> Decision | None:
+        """Ask when part of the command cannot be read and a deny/ask argv rule could apply."""
+        if call.command is None or call.command.opaque is None:
+            return None
+        for rule in self.rules:
+            if rule.action != "allow" and rule.argv is not None and rule.applies_to(call):
+                described = rule.describe()
+                return Decision(
+                    action="ask",
+                    rule=described,
+                    reason=f"this command cannot be checked against policy rule {described}: "
+                    f"{call.command.opaque}; a person must approve it",
+                )
+        return None
+
+    def read_denied_paths(self) -> tuple[str, ...]:
+        """Path globs of deny rules that apply to reading tools (for ``PathGuard.hidden``).
+
+        Directory-wide tools (``list_dir``, ``glob``, ``grep``) leave these out, so a
+        denied file is not read by searching its folder instead.
+        """
+        globs = (
+            rule.path
+            for rule in self.rules
+            if rule.action == "deny"
+            and rule.path is not None
+            and rule.argv is None
+            and (rule.tool is None or any(fnmatchcase(t, rule.tool) for t in READ_TOOLS))
+        )
+        return tuple(dict.fromkeys(g for g in globs if g is not None))
 
     # --- storage (RunOptions.policy) ------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form kept in the run's options so any process enforces the same rules."""
-        return {"source": self.source, "rules": [r.to_dict() for r in self.rules]}
+        d: dict[str, Any] = {"source": self.source, "rules": [r.to_dict() for r in self.rules]}
+        if self.protected:
+            d["protected"] = list(self.protected)
+        if self.secret:
+            d["secret"] = list(self.secret)
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> Policy:
@@ -184,7 +324,13 @@ class Policy:
             allowed = (*RULE_KEYS, "origin")
             rules.append(_parse_rule(raw, allowed=allowed, origin=str(origin), where=where))
         source = d.get("source")
-        return cls(rules=tuple(rules), source=source if isinstance(source, str) else None)
+        lists = {key: _path_list(d.get(key, []), f"stored policy: {key!r}") for key in PATH_LISTS}
+        return cls(
+            rules=tuple(rules),
+            source=source if isinstance(source, str) else None,
+            protected=lists["protected"],
+            secret=lists["secret"],
+        )
 
     @classmethod
     def from_sources(cls, cwd: Path, policy_file: Path | None = None) -> Policy:
@@ -214,11 +360,12 @@ def load_policy(path: Path) -> Policy:
         raise ConfigError(f"{path}:{line}: invalid TOML: {exc}") from None
     lines = _LineIndex(text)
     for key in data:
-        if key != "rule":
+        if key != "rule" and key not in PATH_LISTS:
             raise ConfigError(
                 f"{path}:{lines.top(key)}: unknown key {key!r}; a policy file holds only "
-                "[[rule]] tables"
+                "[[rule]] tables and the path lists protected = [...] and secret = [...]"
             )
+    lists = {key: _path_list(data.get(key, []), f"{path}:{lines.top(key)}") for key in PATH_LISTS}
     raw_rules = data.get("rule", [])
     if not isinstance(raw_rules, list):
         raise ConfigError(f"{path}:{lines.top('rule')}: 'rule' must be written as [[rule]] tables")
@@ -231,7 +378,19 @@ def load_policy(path: Path) -> Policy:
             return f"{path}:{line}: rule {n + 1}"
 
         rules.append(_parse_rule(raw, allowed=RULE_KEYS, origin=f"{path}:{header}", where=where))
-    return Policy(rules=tuple(rules), source=str(path))
+    return Policy(
+        rules=tuple(rules),
+        source=str(path),
+        protected=lists["protected"],
+        secret=lists["secret"],
+    )
+
+
+def _path_list(raw: Any, where: str) -> tuple[str, ...]:
+    """A list of path globs, or a ConfigError saying where it is written."""
+    if not isinstance(raw, list) or not all(isinstance(p, str) and p for p in raw):
+        raise ConfigError(f"{where}: must be a list of path globs, not {raw!r}")
+    return tuple(raw)
 
 
 def _parse_rule(
@@ -321,4 +480,14 @@ class _LineIndex:
         return self.rule(n)
 
 
-__all__ = ["POLICY_FILE", "Policy", "Rule", "load_policy", "workspace_relative"]
+__all__ = [
+    "PATH_DEFAULTS",
+    "POLICY_FILE",
+    "READ_TOOLS",
+    "Call",
+    "Policy",
+    "Rule",
+    "load_policy",
+    "real_relative",
+    "workspace_relative",
+]

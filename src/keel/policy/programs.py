@@ -1,0 +1,204 @@
+"""How shells, language interpreters, awk and find take the code they run.
+
+``shell_call`` finds the ``-c`` string of ``sh``/``bash``/``dash``/``zsh``... (flags
+combined as ``-lc``, ``-ec``, options such as ``-o pipefail`` skipped);
+``inline_code`` says why an interpreter runs code that no file names
+(``python -c``, ``perl -ne``, ``node -e``, ``php -r``, a program read from
+standard input); ``awk_runs`` flags awk programs that can start commands;
+``find_runs`` lists the commands of ``find -exec``. A script file given by name
+is not opaque: it is a command like any other.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from keel.policy.git_commands import names
+
+SHELLS = names("sh bash dash zsh ksh ksh93 mksh ash yash posh fish csh tcsh")
+_VERSIONED = re.compile(r"(python|pypy|perl|ruby|php|lua|luajit|nodejs|node|bash|zsh)[0-9.]*$")
+_FAMILY_ALIASES = {"pypy": "python", "nodejs": "node", "luajit": "lua"}
+
+
+@dataclass(frozen=True, slots=True)
+class Interpreter:
+    """Option grammar of a language interpreter, enough to find inline code."""
+
+    inline: frozenset[str]  # options whose value is program text
+    valued: frozenset[str] = frozenset()  # options taking the next argument (or the rest)
+    attached: frozenset[str] = frozenset()  # short options taking the rest of their cluster
+    ends: frozenset[str] = frozenset()  # after these the program is named (``-m MOD``)
+    info: frozenset[str] = frozenset()  # these print and exit: nothing is read
+    words: bool = False  # options are whole words, any case (``-Command``), never clusters
+
+
+def _i(
+    inline: str, valued: str = "", attached: str = "", ends: str = "", info: str = ""
+) -> Interpreter:
+    return Interpreter(names(inline), names(valued), names(attached), names(ends), names(info))
+
+
+_POWERSHELL = Interpreter(
+    inline=names("-c -command -encodedcommand -ec -e -enc"),
+    ends=names("-file -f"),
+    info=names("-version -v -help -h"),
+    words=True,
+)
+
+
+_HELP = "-h --help --version"
+INTERPRETERS: dict[str, Interpreter] = {
+    "python": _i("-c", "-W -X --check-hash-based-pycs", ends="-m", info=f"-V -? {_HELP}"),
+    "perl": _i("-e -E", "-I", "-i -l -0 -x -C -d -D -M -m -F -V", info="-v -h --help"),
+    "ruby": _i("-e", "-I -r -C -E --encoding", "-0 -K -T -W -x -F -i -l", info=_HELP),
+    "node": _i(
+        "-e --eval -p --print",
+        "-r --require --import --loader -C --conditions --input-type",
+        info=f"-v {_HELP}",
+    ),
+    "bun": _i("-e --eval -p --print", info=f"-v {_HELP}"),
+    "php": _i("-r -R -B -E", "-c -d -z -t", ends="-f", info="-v -h -i -m"),
+    "lua": _i("-e", "-l", info="-v"),
+    "Rscript": _i("-e", info="--version"),
+    "R": _i("-e", ends="-f --file", info="--version"),
+    "osascript": _i("-e"),
+    "pwsh": _POWERSHELL,
+    "powershell": _POWERSHELL,
+    "tclsh": _i(""),
+}
+AWKS = names("awk gawk mawk nawk")
+
+
+def family(program: str) -> str:
+    """``python3.11`` → ``python``, ``nodejs`` → ``node``; other names unchanged."""
+    found = _VERSIONED.fullmatch(program)
+    if found is None:
+        return program
+    return _FAMILY_ALIASES.get(found.group(1), found.group(1))
+
+
+def shell_call(args: Sequence[str]) -> tuple[str | None, str | None]:
+    """(the ``-c`` string, or None; why the call is opaque, or None) for ``sh ARGS``."""
+    i, command_mode, stdin, reason = 0, False, False, None
+    while i < len(args):
+        arg = args[i]
+        if arg in ("--", "-"):
+            i += 1
+            break
+        if arg.startswith("--command"):  # fish: --command=STRING, --command STRING
+            if "=" in arg:
+                return arg.partition("=")[2], reason
+            return (args[i + 1] if i + 1 < len(args) else None), reason
+        if arg.startswith("--"):
+            if arg in ("--rcfile", "--init-file"):
+                reason, i = "runs a startup file given on its command line", i + 1
+            i += 1
+            continue
+        if arg[:1] not in ("-", "+") or len(arg) < 2:
+            break
+        letters = arg[1:]
+        command_mode = command_mode or (arg[0] == "-" and "c" in letters)
+        stdin = stdin or "s" in letters
+        i += 1 + sum(letters.count(c) for c in "oO")  # ``-o pipefail``: a name follows
+    rest = args[i:]
+    if command_mode:
+        return (rest[0], reason) if rest else (None, reason)
+    if rest and not stdin:
+        return None, reason  # a script file: a command like any other
+    return None, reason or "reads commands from standard input"
+
+
+def inline_code(grammar: Interpreter, args: Sequence[str]) -> str | None:
+    """Why an interpreter call runs code not named by a file, or None."""
+    if grammar.words:
+        for arg in args:
+            word = arg.lower().split(":", 1)[0]
+            if word in grammar.inline:
+                return f"runs inline code ({arg})"
+            if word in grammar.ends or word in grammar.info or not arg.startswith("-"):
+                return None
+        return "reads its program from standard input"
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "-":
+            return "reads its program from standard input"
+        if arg == "--" or not arg.startswith("-"):
+            return None if arg != "--" or i + 1 < len(args) else "reads from standard input"
+        name = arg.split("=", 1)[0]
+        if arg.startswith("--") or name in grammar.inline | grammar.ends | grammar.info:
+            if name in grammar.inline:
+                return f"runs inline code ({name})"
+            if name in grammar.ends or name in grammar.info:
+                return None
+            i += 2 if name in grammar.valued and "=" not in arg else 1
+            continue
+        for k, letter in enumerate(arg[1:]):
+            option = "-" + letter
+            if option in grammar.inline:
+                return f"runs inline code ({option})"
+            if option in grammar.ends or option in grammar.info:
+                return None
+            if option in grammar.attached:
+                break
+            if option in grammar.valued:
+                i += 1 if k == len(arg) - 2 else 0
+                break
+        i += 1
+    return "reads its program from standard input"
+
+
+def awk_runs(args: Sequence[str]) -> str | None:
+    """Why an awk program may run commands (``system()``, pipes), or None."""
+    i, program = 0, None
+    while i < len(args):
+        arg = args[i]
+        if arg in ("-f", "--file") or arg.startswith(("--file=", "-f")):
+            return None  # the program is a file: a command like any other
+        if arg in ("-e", "--source"):
+            program = args[i + 1] if i + 1 < len(args) else ""
+            i += 2
+            continue
+        if arg in ("-F", "-v", "--assign", "--field-separator"):
+            i += 2
+            continue
+        if arg == "--":
+            i += 1
+            break
+        if not arg.startswith("-") or arg == "-":
+            break
+        i += 1
+    if program is None and i < len(args):
+        program = args[i]
+    if program is not None and ("system" in program or "|" in program):
+        return "program may run commands (system() or a pipe)"
+    return None
+
+
+def find_runs(args: Sequence[str]) -> list[tuple[str, ...]]:
+    """The commands of ``-exec``, ``-execdir``, ``-ok`` and ``-okdir``."""
+    runs, i = [], 0
+    while i < len(args):
+        if args[i] in ("-exec", "-execdir", "-ok", "-okdir"):
+            end = i + 1
+            while end < len(args) and args[end] not in (";", "+"):
+                end += 1
+            runs.append(tuple(args[i + 1 : end]))
+            i = end
+        i += 1
+    return runs
+
+
+__all__ = [
+    "AWKS",
+    "INTERPRETERS",
+    "SHELLS",
+    "Interpreter",
+    "awk_runs",
+    "family",
+    "find_runs",
+    "inline_code",
+    "shell_call",
+]

@@ -1,0 +1,369 @@
+"""A POSIX shell string read as the simple commands it runs, without running anything.
+
+``read_script(text)`` splits the text at ``;``, ``&&``, ``||``, ``|``, ``|&``,
+``&`` and newlines, removes quotes and backslashes the way the shell does, drops
+redirections (``>f``, ``2>&1``, ``<f``), comments, reserved words (``if``,
+``then``, ``do``, ``{`` ...) and loop headers, and separates the leading
+``NAME=value`` assignments of each command.
+
+What the shell would compute before running anything makes the script *opaque*:
+command substitution (``$(...)`` and backquotes), process substitution
+(``<(...)``), parentheses (subshells, function definitions, arithmetic), here-
+documents and unbalanced quotes. Their text is kept raw in the word (so a
+computed command name still looks computed: it holds ``$`` or a backquote), and
+the bodies of substitutions and subshells are returned as ``nested`` scripts so
+the commands inside them can be read too. Nothing here raises: any text reads as
+some script, at worst an opaque one.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_RESERVED_PREFIX = frozenset(
+    ("!", "{", "}", "if", "then", "else", "elif", "fi", "do", "done", "while", "until", "esac")
+)
+_HEADERS = frozenset(("for", "select", "case"))  # ``for x in a b`` runs no command itself
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\[[^]]*\])?\+?=")
+_CONTROL = ("&&", "||", ";;", ";&", "|&", ";", "|", "&")
+_REDIRECTS = ("<<<", "<<-", "<<", "<>", "<&", "&>>", "&>", ">>", ">&", ">|", "<", ">")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShellCommand:
+    """One simple command: its leading assignments, then its words (quotes removed)."""
+
+    assignments: tuple[str, ...]
+    words: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShellScript:
+    """The simple commands of a shell string, in order, and what could not be read."""
+
+    commands: tuple[ShellCommand, ...]
+    nested: tuple[str, ...] = ()  # bodies of $(...), `...`, <(...), (...): scripts of their own
+    opaque: tuple[str, ...] = ()  # one short reason per construct the shell would compute
+
+
+def read_script(text: str) -> ShellScript:
+    """Read ``text`` as ``sh -c`` would split it; see the module docstring. Never raises."""
+    scanner = _Scanner(text)
+    scanner.scan()
+    return ShellScript(
+        commands=tuple(scanner.commands()),
+        nested=tuple(scanner.nested),
+        opaque=tuple(scanner.opaque),
+    )
+
+
+def closing(text: str, start: int, pair: str = "()") -> int | None:
+    """Index of the bracket closing the one at ``start`` (quotes skipped), or None."""
+    opening, close = pair[0], pair[1]
+    depth, j, n = 0, start, len(text)
+    while j < n:
+        c = text[j]
+        if c == "\\":
+            j += 2
+            continue
+        if c in "'\"`":
+            end = _quote_end(text, j)
+            if end is None:
+                return None
+            j = end + 1
+            continue
+        if c == opening:
+            depth += 1
+        elif c == close:
+            depth -= 1
+            if depth == 0:
+                return j
+        j += 1
+    return None
+
+
+def _quote_end(text: str, start: int) -> int | None:
+    """Index of the quote closing the one at ``start`` (backslash escapes honoured but in '')."""
+    quote, j = text[start], start + 1
+    while j < len(text):
+        if text[j] == "\\" and quote != "'":
+            j += 2
+            continue
+        if text[j] == quote:
+            return j
+        j += 1
+    return None
+
+
+class _Scanner:
+    """A character-level pass producing word and operator tokens; see ``read_script``."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.i = 0
+        # (kind "word" | "op", text, length of the word's unquoted prefix)
+        self.tokens: list[tuple[str, str, int]] = []
+        self.nested: list[str] = []
+        self.opaque: list[str] = []
+        self.word: list[str] = []
+        self.length = 0  # characters in ``word``
+        self.started = False  # a word is being built (``''`` is a word too)
+        self.plain: int | None = None  # where the first quoted or escaped part begins
+        self.redirect: str | None = None  # what the next word is: "target" or "heredoc[-]"
+        self.heredocs: list[tuple[str, bool]] = []  # (delimiter, strip leading tabs)
+
+    def flag(self, reason: str) -> None:
+        if reason not in self.opaque:
+            self.opaque.append(reason)
+
+    def add(self, text: str, *, quoted: bool = False) -> None:
+        if quoted and self.plain is None:
+            self.plain = self.length
+        self.word.append(text)
+        self.length += len(text)
+        self.started = True
+
+    def take_word(self) -> tuple[str, int]:
+        text, plain = "".join(self.word), self.plain
+        self.word, self.length, self.started, self.plain = [], 0, False, None
+        return text, len(text) if plain is None else plain
+
+    def flush(self) -> None:
+        if not self.started:
+            return
+        text, plain = self.take_word()
+        if self.redirect is None:
+            self.tokens.append(("word", text, plain))
+        elif self.redirect.startswith("heredoc"):
+            self.heredocs.append((text, self.redirect == "heredoc-"))
+        self.redirect = None  # a redirection's target is not an argument
+
+    def op(self, text: str) -> None:
+        self.flush()
+        self.redirect = None
+        self.tokens.append(("op", text, 0))
+
+    def scan(self) -> None:
+        text, n = self.text, len(self.text)
+        while self.i < n:
+            c = text[self.i]
+            if c in " \t":
+                self.flush()
+                self.i += 1
+            elif c == "\n":
+                self.op(";")
+                self.i += 1
+                self.skip_heredoc_bodies()
+            elif c == "#" and not self.started:
+                end = text.find("\n", self.i)
+                self.i = n if end < 0 else end
+            elif c == "\\":
+                if self.i + 1 < n and text[self.i + 1] != "\n":
+                    self.add(text[self.i + 1], quoted=True)
+                elif self.i + 1 >= n:
+                    self.add("\\")
+                self.i += 2  # ``\`` newline: a line continuation
+            elif c in "'\"":
+                self.quote(c)
+            elif c == "`":
+                self.backquote()
+            elif c == "$":
+                self.dollar()
+            elif c in "<>" and text.startswith("(", self.i + 1):
+                self.substitution(self.i + 1, "process substitution <(...)")
+            elif c in "<>" or text.startswith("&>", self.i):
+                self.redirection()
+            elif c in "&|;":
+                self.control()
+            elif c == "(":
+                self.parenthesis()
+            elif c == ")":
+                self.flag("unbalanced parentheses")
+                self.op(";")
+                self.i += 1
+            else:
+                self.add(c)
+                self.i += 1
+        self.flush()
+
+    def quote(self, quote: str) -> None:
+        text, n = self.text, len(self.text)
+        if quote == "'":
+            end = text.find("'", self.i + 1)
+            if end < 0:
+                self.flag("unbalanced quotes")
+                self.add(text[self.i + 1 :], quoted=True)
+                self.i = n
+            else:
+                self.add(text[self.i + 1 : end], quoted=True)
+                self.i = end + 1
+            return
+        self.add("", quoted=True)
+        self.i += 1
+        while self.i < n:
+            c = text[self.i]
+            if c == '"':
+                self.i += 1
+                return
+            if c == "\\" and self.i + 1 < n and text[self.i + 1] in '$`"\\\n':
+                if text[self.i + 1] != "\n":
+                    self.add(text[self.i + 1])
+                self.i += 2
+            elif c == "`":
+                self.backquote()
+            elif c == "$":
+                self.dollar()
+            else:
+                self.add(c)
+                self.i += 1
+        self.flag("unbalanced quotes")
+
+    def backquote(self) -> None:
+        text, n = self.text, len(self.text)
+        body: list[str] = []
+        j = self.i + 1
+        while j < n and text[j] != "`":
+            if text[j] == "\\" and j + 1 < n and text[j + 1] in "`\\$":
+                j += 1
+            body.append(text[j])
+            j += 1
+        if j >= n:
+            self.flag("unbalanced backquote")
+            self.add(text[self.i :])
+            self.i = n
+            return
+        self.flag("command substitution `...`")
+        self.nested.append("".join(body))
+        self.add(text[self.i : j + 1])
+        self.i = j + 1
+
+    def dollar(self) -> None:
+        text, i = self.text, self.i
+        if text.startswith("$((", i):
+            self.flag("arithmetic expansion $((...))")
+            self.raw_until(closing(text, i + 1))
+        elif text.startswith("$(", i):
+            self.substitution(i + 1, "command substitution $(...)")
+        elif text.startswith("${", i):
+            end = closing(text, i + 1, "{}")
+            if end is not None and ("$(" in text[i:end] or "`" in text[i:end]):
+                self.flag("command substitution inside ${...}")
+            self.raw_until(end)
+        else:
+            self.add("$")
+            self.i += 1
+
+    def substitution(self, open_at: int, reason: str) -> None:
+        """``$(...)``, ``<(...)``, ``>(...)`` starting at ``self.i``; ``(`` at ``open_at``."""
+        end = closing(self.text, open_at)
+        if end is not None:
+            self.flag(reason)
+            self.nested.append(self.text[open_at + 1 : end])
+        self.raw_until(end)
+
+    def raw_until(self, end: int | None) -> None:
+        """Keep ``text[i..end]`` in the word as written; None: unbalanced, to the end."""
+        if end is None:
+            self.flag("unbalanced parentheses or braces")
+            end = len(self.text) - 1
+        self.add(self.text[self.i : end + 1])
+        self.i = end + 1
+
+    def redirection(self) -> None:
+        if self.started and self.plain is None and "".join(self.word).isdigit():
+            self.take_word()  # ``2>``: the digits name a descriptor, not an argument
+        self.flush()
+        text = self.text
+        operator = next(r for r in (*_REDIRECTS, text[self.i]) if text.startswith(r, self.i))
+        self.i += len(operator)
+        if operator in ("<<", "<<-"):
+            self.flag("here-document")
+            self.redirect = "heredoc-" if operator == "<<-" else "heredoc"
+        else:
+            self.redirect = "target"
+
+    def control(self) -> None:
+        operator = next(o for o in _CONTROL if self.text.startswith(o, self.i))
+        self.op(operator)
+        self.i += len(operator)
+
+    def parenthesis(self) -> None:
+        text = self.text
+        end = closing(text, self.i)
+        if text.startswith("((", self.i):
+            self.flag("arithmetic command ((...))")
+        else:
+            self.flag("parentheses (a subshell or function definition)")
+            if end is not None:
+                self.nested.append(text[self.i + 1 : end])
+        self.op(";")
+        if end is None:
+            self.flag("unbalanced parentheses")
+            self.i = len(text)
+        else:
+            self.i = end + 1
+
+    def skip_heredoc_bodies(self) -> None:
+        text, n = self.text, len(self.text)
+        for delimiter, strip_tabs in self.heredocs:
+            while self.i < n:
+                end = text.find("\n", self.i)
+                line = text[self.i : n if end < 0 else end]
+                self.i = n if end < 0 else end + 1
+                if (line.lstrip("\t") if strip_tabs else line) == delimiter:
+                    break
+        self.heredocs = []
+
+    def commands(self) -> list[ShellCommand]:
+        out: list[ShellCommand] = []
+        segment: list[tuple[str, int]] = []
+        in_test = False  # inside ``[[ ... ]]``, where && and || are not command separators
+        for kind, text, plain in [*self.tokens, ("op", ";", 0)]:
+            if in_test:
+                in_test = not (kind == "word" and text == "]]")
+            elif kind == "word" and text == "[[" and plain == 2 and _only_reserved(segment):
+                in_test = True
+            elif kind == "word":
+                segment.append((text, plain))
+            else:
+                command = self.simple_command(segment)
+                if command is not None:
+                    out.append(command)
+                segment = []
+        return out
+
+    def simple_command(self, words: list[tuple[str, int]]) -> ShellCommand | None:
+        i = 0
+        while i < len(words) and _is_reserved(words[i], _RESERVED_PREFIX):
+            i += 1
+        if i < len(words) and _is_reserved(words[i], _HEADERS):
+            return None
+        if i < len(words) and _is_reserved(words[i], frozenset(("function",))):
+            self.flag("function definition")
+            return None
+        assignments = []
+        while i < len(words) and _is_assignment(words[i]):
+            assignments.append(words[i][0])
+            i += 1
+        rest = tuple(w for w, _ in words[i:])
+        if not rest and not assignments:
+            return None
+        return ShellCommand(assignments=tuple(assignments), words=rest)
+
+
+def _is_reserved(word: tuple[str, int], names: frozenset[str]) -> bool:
+    text, plain = word
+    return plain == len(text) and text in names
+
+
+def _only_reserved(words: list[tuple[str, int]]) -> bool:
+    return all(_is_reserved(w, _RESERVED_PREFIX) for w in words)
+
+
+def _is_assignment(word: tuple[str, int]) -> bool:
+    found = _ASSIGNMENT.match(word[0])
+    return found is not None and found.end() <= word[1]
+
+
+__all__ = ["ShellCommand", "ShellScript", "closing", "read_script"]
