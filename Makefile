@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test lint bench clean bubblewrap
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -22,8 +22,15 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check src tests bench
 	$(BIN)/mypy --strict src
 
-test: lint
+test: lint bubblewrap
 	$(BIN)/pytest -q
+
+# The sandbox tests need bubblewrap: installed here when we can (root with apt-get).
+bubblewrap:
+	@command -v bwrap >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+	  && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap \
+	  >/dev/null; } || echo "bubblewrap is not installed: the sandbox tests will be skipped \
+	(install it: sudo apt-get install bubblewrap, or dnf/pacman install bubblewrap)"
 
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[bench]'
@@ -31,6 +38,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/loop.py
 	$(BIN)/python bench/tasks.py
 	$(BIN)/python bench/workers.py
+	$(BIN)/python bench/sandbox.py
 
 clean:
 	rm -rf $(VENV) .keel .mypy_cache .pytest_cache .ruff_cache

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -12,6 +13,8 @@ from typing import Any
 import pytest
 
 from keel.core.errors import ToolArgumentError, ToolError
+from keel.sandbox.base import Sandbox, SandboxSettings
+from keel.sandbox.choose import open_sandbox
 from keel.tools import ToolContext, ToolResult, default_registry
 from keel.tools.commands import OUTPUT_MAX_CHARS, child_environment
 
@@ -25,8 +28,8 @@ def ws(tmp_path: Path) -> Path:
     return root.resolve()
 
 
-def run(ws: Path, argv: list[str], **extra: Any) -> ToolResult:
-    ctx = ToolContext(workspace=ws, run_id="run_1", call_id="c", owner="me")
+def run(ws: Path, argv: list[str], *, sandbox: Sandbox | None = None, **extra: Any) -> ToolResult:
+    ctx = ToolContext(workspace=ws, run_id="run_1", call_id="c", owner="me", sandbox=sandbox)
     return default_registry().execute("run_command", {"argv": argv, **extra}, ctx)
 
 
@@ -101,8 +104,10 @@ def test_returns_when_the_program_exits_even_if_a_helper_keeps_the_output(ws: Pa
         assert result.data["exit_code"] == 0
         assert "started" in result.output
         assert "processes it left running" in result.output
+        assert not alive(helper)
     finally:
-        os.kill(helper, 9)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(helper, 9)
 
 
 def test_secret_looking_variables_do_not_reach_the_child(
@@ -114,7 +119,8 @@ def test_secret_looking_variables_do_not_reach_the_child(
     monkeypatch.setenv("KEELT_AWS_SECRET_ACCESS", "aws-should-not-leak")
     monkeypatch.setenv("KEELT_PLAIN", "visible")
     code = "import os; print(sorted(k for k in os.environ if k.upper().startswith('KEELT_')))"
-    result = run(ws, [PY, "-c", code])
+    passing_plain = open_sandbox(SandboxSettings(mode="off", env=("KEELT_PLAIN",)))
+    result = run(ws, [PY, "-c", code], sandbox=passing_plain)
     assert result.output.splitlines()[1] == "['KEELT_PLAIN']"
     for leaked in ("sk-should", "ghp-should", "hunter2", "aws-should"):
         assert leaked not in result.output

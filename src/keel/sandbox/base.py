@@ -57,6 +57,7 @@ class Confinement:
     guard: PathGuard = field(default_factory=PathGuard)
     git_writable: bool = False  # an approved command may write .git (never config or hooks)
     cwd: Path | None = None  # default: the workspace
+    workspace_writable: bool = True  # False: the whole workspace is read-only (the harness's git)
 
 
 class Sandbox(Protocol):
@@ -78,5 +79,15 @@ class Sandbox(Protocol):
         stderr: int,
         env: Mapping[str, str] | None = None,
     ) -> subprocess.Popen[bytes]:
-        """Start ``argv`` in its own session, confined; stdin is /dev/null."""
+        """Start ``argv`` in its own session, confined; stdin is /dev/null.
+
+        The program sees the scrubbed environment (an allowlist of variables plus the
+        settings' ``env`` names) with ``env`` set on top exactly as given. Every call
+        must end with :meth:`finish`, also when the caller fails.
+        """
+        ...
+
+    def finish(self, proc: subprocess.Popen[bytes]) -> int:
+        """End a call: kill every process it started that still runs, reap ``proc``, free
+        what ``popen`` set up. Idempotent; returns how many processes it had to kill."""
         ...

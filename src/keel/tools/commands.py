@@ -1,37 +1,42 @@
-"""run_command: one program, no shell, in the workspace, bounded in time and output.
+"""run_command: one program, no shell, in the workspace, confined, bounded in time and output.
 
 Guarantees: argv is executed directly (``;``, ``$(...)``, globs reach the program
-literally); the child starts its own process group, and on timeout the whole group
-is killed; the child's environment carries no variable whose name looks secret, so
-a command cannot echo a key into the event log; the output the model sees is at
-most OUTPUT_MAX_CHARS characters and says how many were omitted; memory use is
-bounded whatever the command prints.
+literally) through the run's sandbox (``ctx.sandbox``; an unconfined one when none
+is given), confined to the workspace minus its protected paths; the child starts
+its own process group, reported to ``ctx.on_spawn`` before Keel waits for it; when
+the call ends — exit, timeout, Ctrl-C or a crash of the caller — every process it
+started is killed, and the output says when some were left running; the child's
+environment is the sandbox's allowlist, so a command cannot echo a key into the
+event log; the output the model sees is at most OUTPUT_MAX_CHARS characters and
+says how many were omitted; memory use is bounded whatever the command prints.
 """
 
 from __future__ import annotations
 
 import codecs
-import contextlib
+import functools
 import os
-import selectors
 import shlex
-import signal
+import shutil
 import subprocess
 import time
 from collections import deque
+from pathlib import Path
 from typing import Annotated
 
 from pydantic import Field
 
 from keel.core.errors import ToolError
 from keel.core.redact import without_secrets
+from keel.sandbox.base import Confinement, Sandbox, SandboxSettings
+from keel.sandbox.choose import open_sandbox
+from keel.sandbox.collect import collect_output
 from keel.tools.base import Effect, Recovery, ToolContext, ToolResult, tool
 
 DEFAULT_TIMEOUT_S = 120.0
 MAX_TIMEOUT_S = 600.0
 OUTPUT_MAX_CHARS = 30_000
-EXIT_DRAIN_S = 1.0  # after the program exits, how long to wait for helpers holding its output
-child_environment = without_secrets  # what a command sees: no secret-looking variables
+child_environment = without_secrets  # never in a command's environment (the sandbox allowlists)
 
 
 class BoundedText:
@@ -95,18 +100,15 @@ def run_command(
     """Run a program in the workspace and report its exit code and combined output."""
     if not ctx.workspace.is_dir():
         raise ToolError(f"the workspace {ctx.workspace} does not exist or is not a directory")
+    _check_program(argv[0], ctx.workspace)
+    sandbox = ctx.sandbox if ctx.sandbox is not None else unconfined_sandbox()
     limit = min(timeout_seconds or DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S)
     shown = shlex.join(argv)
+    confinement = Confinement(
+        workspace=ctx.workspace, guard=ctx.guard, git_writable=ctx.git_writable
+    )
     try:
-        proc = subprocess.Popen(
-            argv,
-            cwd=ctx.workspace,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=child_environment(os.environ),
-            start_new_session=True,
-        )
+        proc = sandbox.popen(argv, confinement, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     except FileNotFoundError:
         raise ToolError(
             f"command not found: {argv[0]!r} (argv[0] is run directly, without a shell; "
@@ -119,25 +121,29 @@ def run_command(
     started = time.monotonic()
     output = BoundedText(OUTPUT_MAX_CHARS)
     try:
-        timed_out, left_running = _collect(proc, output, started + limit)
-    except BaseException:  # Ctrl-C or a crash of the caller: never leave the command running
-        _kill_group(proc)
-        proc.wait()
-        raise
-    exit_code = proc.wait()
+        if ctx.on_spawn is not None:
+            ctx.on_spawn(proc.pid)  # its process group: a resume can find it if Keel dies
+        collected = collect_output(
+            proc, output.feed, deadline=started + limit, on_timeout=lambda: sandbox.finish(proc)
+        )
+        output.feed(b"", final=True)
+        exit_code = proc.wait()
+    finally:  # also on Ctrl-C or a crash of the caller: never leave the command running
+        left_running = sandbox.finish(proc)
     duration = time.monotonic() - started
     text = output.text()
     lines = [f"$ {shown}"]
     if text:
         lines.append(text.rstrip("\n"))
-    if timed_out:
+    if collected.timed_out:
         lines.append(
             f"[timed out after {limit:g} s: the command and its child processes were killed]"
         )
     else:
         lines.append(f"[exit code {exit_code}]")
-    if left_running:
-        lines.append("[the command exited; processes it left running still hold its output]")
+        if left_running or collected.output_held:
+            count = f" ({left_running})" if left_running else ""
+            lines.append(f"[the command exited; processes it left running were killed{count}]")
     if timeout_seconds and timeout_seconds > MAX_TIMEOUT_S:
         lines.append(f"[timeout_seconds capped at {MAX_TIMEOUT_S:g}]")
     return ToolResult(
@@ -145,63 +151,38 @@ def run_command(
         data={
             "argv": list(argv),
             "exit_code": exit_code,
-            "timed_out": timed_out,
+            "timed_out": collected.timed_out,
             "duration_s": round(duration, 3),
+            "left_running_killed": left_running,
+            "sandbox": sandbox.describe(),
         },
     )
 
 
-def _collect(
-    proc: subprocess.Popen[bytes], output: BoundedText, deadline: float
-) -> tuple[bool, bool]:
-    """Read the child's output until EOF, the deadline (kill the group) or exit + drain.
+@functools.cache
+def unconfined_sandbox() -> Sandbox:
+    """The sandbox of calls whose context has none (tools used outside a run): kind "none"."""
+    return open_sandbox(SandboxSettings(mode="off"))
 
-    Returns (timed_out, left_running): left_running means the program exited while
-    processes it started still held the output pipe open.
+
+def _check_program(program: str, workspace: Path) -> None:
+    """A clear error before starting, for a program that is missing or not executable.
+
+    Inside a sandbox the lookup happens again (with the same PATH); this check gives
+    the model the same message whichever sandbox runs the command.
     """
-    assert proc.stdout is not None
-    fd = proc.stdout.fileno()
-    timed_out = left_running = False
-    exited_at: float | None = None
-    with selectors.DefaultSelector() as selector:
-        selector.register(fd, selectors.EVENT_READ)
-        while True:
-            now = time.monotonic()
-            if exited_at is None and proc.poll() is not None:
-                exited_at = now
-            if exited_at is not None and now - exited_at >= EXIT_DRAIN_S:
-                left_running = True
-                break
-            if exited_at is None and now >= deadline:
-                timed_out = True
-                _kill_group(proc)
-                _drain(fd, output, selector)
-                break
-            if exited_at is None:
-                wait = min(deadline - now, 0.25)
-            else:
-                wait = EXIT_DRAIN_S - (now - exited_at)
-            if selector.select(timeout=max(wait, 0.0)):
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    break
-                output.feed(chunk)
-    output.feed(b"", final=True)
-    proc.stdout.close()
-    return timed_out, left_running
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    # The leader is not reaped yet, so its pid still names this process group.
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-
-
-def _drain(fd: int, output: BoundedText, selector: selectors.BaseSelector) -> None:
-    """Read what the killed group already wrote, for at most a moment."""
-    until = time.monotonic() + 0.5
-    while (left := until - time.monotonic()) > 0 and selector.select(timeout=left):
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            return
-        output.feed(chunk)
+    if "/" in program:
+        path = workspace / program
+        if not path.exists():
+            raise ToolError(
+                f"command not found: {program!r} (argv[0] is run directly, without a shell; "
+                "check the program name or give its path)"
+            )
+        if path.is_dir() or not os.access(path, os.X_OK):
+            raise ToolError(f"{program!r} is not executable")
+        return
+    if shutil.which(program, path=os.environ.get("PATH", os.defpath)) is None:
+        raise ToolError(
+            f"command not found: {program!r} (argv[0] is run directly, without a shell; "
+            "check the program name or give its path)"
+        )
