@@ -3,7 +3,9 @@
 write_file and edit_file are VERIFY_THEN_CONTINUE: before they run, their intent
 (path -> sha256 of the content the file will have) is computed from the arguments,
 and writes are atomic renames, so after a crash the file's hash tells whether the
-effect happened.
+effect happened. Both refuse, in their intent too, any write whose real path the
+run's ``PathGuard`` protects (``.keel/``, the store, ``.git/config``, ``.git/hooks/``),
+however the path is spelled and through whatever link inside the workspace.
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ from pydantic import Field
 from keel.core.errors import ToolError
 from keel.tools.base import Effect, Recovery, ToolContext, ToolResult, tool
 from keel.tools.workspace import (
-    relative_posix,
-    resolve_in_workspace,
+    read_in_workspace,
+    refuse_protected,
+    replace_in_workspace,
     sha256_bytes,
-    write_atomically,
+    write_target,
 )
 
 READ_DEFAULT_LINES = 2000
@@ -46,17 +49,10 @@ def encode_text(text: str, what: str) -> bytes:
 
 def read_text(ctx: ToolContext, path: str) -> tuple[str, str]:
     """(workspace-relative path, text) of an existing UTF-8-ish text file, or a ToolError."""
-    real = resolve_in_workspace(ctx.workspace, path, for_write=False)
-    if not real.exists():
-        raise ToolError(f"file {path!r} does not exist; list_dir or glob show what exists")
-    if real.is_dir():
-        raise ToolError(f"{path!r} is a directory; use list_dir to see its entries")
-    if not real.is_file():
-        raise ToolError(f"{path!r} is not a regular file")
-    data = real.read_bytes()
+    rel, data = read_in_workspace(ctx.workspace, path)
     if looks_binary(data):
         raise ToolError(f"{path!r} is a binary file ({len(data)} bytes); it cannot be shown")
-    return relative_posix(ctx.workspace, real), data.decode("utf-8", errors="replace")
+    return rel, data.decode("utf-8", errors="replace")
 
 
 @tool(effect=Effect.READ, recovery=Recovery.REPLAY_SAFE)
@@ -101,8 +97,8 @@ def read_file(
 
 
 def _write_intent(ctx: ToolContext, path: str, content: str) -> dict[str, str]:
-    real = resolve_in_workspace(ctx.workspace, path, for_write=True)
-    return {relative_posix(ctx.workspace, real): sha256_bytes(encode_text(content, "content"))}
+    rel = write_target(ctx.workspace, path, ctx.guard)
+    return {rel: sha256_bytes(encode_text(content, "content"))}
 
 
 @tool(effect=Effect.WRITE, recovery=Recovery.VERIFY_THEN_CONTINUE, intent=_write_intent)
@@ -112,14 +108,8 @@ def write_file(
     content: Annotated[str, Field(description="The file's complete new content.")],
 ) -> ToolResult:
     """Create or overwrite a file with the given content; missing parent directories are made."""
-    real = resolve_in_workspace(ctx.workspace, path, for_write=True)
-    existed = real.exists()
     data = encode_text(content, "content")
-    try:
-        write_atomically(real, data)
-    except (NotADirectoryError, FileExistsError) as exc:
-        raise ToolError(f"cannot create {path!r}: a parent is a file, not a directory") from exc
-    rel = relative_posix(ctx.workspace, real)
+    rel, existed = replace_in_workspace(ctx.workspace, path, data, ctx.guard)
     verb = "overwrote" if existed else "created"
     return ToolResult(
         output=f"{verb} {rel} ({len(data)} bytes)",
@@ -151,6 +141,7 @@ def apply_edit(rel: str, text: str, old_text: str, new_text: str) -> tuple[str, 
 
 def _edit_intent(ctx: ToolContext, path: str, old_text: str, new_text: str) -> dict[str, str]:
     rel, text = read_text(ctx, path)
+    refuse_protected(path, rel, ctx.guard)
     new, _ = apply_edit(rel, text, old_text, new_text)
     return {rel: sha256_bytes(encode_text(new, "new_text"))}
 
@@ -170,9 +161,10 @@ def edit_file(
 ) -> ToolResult:
     """Replace one exact, unique occurrence of old_text in a file with new_text."""
     rel, text = read_text(ctx, path)
+    refuse_protected(path, rel, ctx.guard)
     new, line = apply_edit(rel, text, old_text, new_text)
     data = encode_text(new, "new_text")
-    write_atomically(resolve_in_workspace(ctx.workspace, path, for_write=True), data)
+    rel, _ = replace_in_workspace(ctx.workspace, path, data, ctx.guard)
     return ToolResult(
         output=f"edited {rel}: replaced 1 occurrence at line {line}",
         changed_files={rel: sha256_bytes(data)},

@@ -1,10 +1,13 @@
-"""The workspace boundary: every file tool resolves paths here and walks trees from here.
+"""The workspace boundary: every file tool reads, writes, hashes and walks through here.
 
-Guarantees: a path the model names is accepted only if its fully resolved location
-(every symbolic link along it followed, dangling ones included) lies inside the
-workspace; walks never descend through symbolic links and never yield anything
-that resolves outside the workspace; writes replace files atomically, so a file
-always has either its old or its new content (what VERIFY_THEN_CONTINUE relies on).
+Guarantees: a path the model names is followed only while its resolution stays
+inside the workspace (every symbolic link along it, dangling ones included);
+the check and the use are one step, made from a descriptor of the workspace
+root (``keel.tools.fsroot``), so a directory swapped for a link during a call
+cannot lead a read or a write outside; reads never block on a FIFO; writes
+never touch a protected path (``PathGuard.write_refusal`` of the *real* path)
+and replace files atomically, so a file always has either its old or its new
+content (what VERIFY_THEN_CONTINUE relies on).
 """
 
 from __future__ import annotations
@@ -15,12 +18,12 @@ import os
 import stat
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from keel.core.errors import ToolError
-
-SKIPPED_DIRS = frozenset({".git", ".hg", ".svn"})  # version-control internals: never walked
+from keel.core.guard import PathGuard
+from keel.tools.fsroot import CREATE_FLAGS, Spot, WorkspaceRoot
+from keel.tools.walk import SKIPPED_DIRS, WalkEntry, walk_tree
 
 
 def resolve_in_workspace(workspace: Path, path: str, *, for_write: bool) -> Path:
@@ -29,29 +32,13 @@ def resolve_in_workspace(workspace: Path, path: str, *, for_write: bool) -> Path
     Refuses ``..`` escapes, absolute paths outside and symbolic links leading out
     with a ToolError naming the path and the workspace. For a write to a new file the
     deepest existing parent is resolved and the rest appended; writing onto a
-    directory or onto the workspace itself is refused.
+    directory or onto the workspace itself is refused. The answer is a name, good for
+    showing and for rules; to open, use the functions below (no gap before the use).
     """
-    root = workspace.resolve()
-    if not path or not path.strip():
-        raise ToolError("path is empty; give a path relative to the workspace")
-    if "\x00" in path:
-        raise ToolError(f"path {path!r} contains a NUL character")
-    candidate = Path(path) if os.path.isabs(path) else root / path
-    lexical = Path(os.path.normpath(candidate))
-    if not _is_within(lexical, root):
-        raise ToolError(f"path {path!r} is outside the workspace {root}")
-    real = Path(os.path.realpath(candidate))
-    if not _is_within(real, root):
-        raise ToolError(
-            f"path {path!r} leads outside the workspace {root} through a symbolic link "
-            f"(it resolves to {real})"
-        )
-    if for_write:
-        if real == root:
-            raise ToolError(f"path {path!r} is the workspace itself, not a file")
-        if real.is_dir():
-            raise ToolError(f"path {path!r} is a directory; give a file path")
-    return real
+    with WorkspaceRoot(workspace) as root, root.locate(path) as spot:
+        if for_write:
+            _check_file_target(path, spot)
+        return Path(root.real) / spot.rel
 
 
 def relative_posix(workspace: Path, real: Path) -> str:
@@ -64,48 +51,110 @@ def sha256_bytes(data: bytes) -> str:
 
 
 def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file's bytes, read in chunks."""
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+    """Hex sha256 of a file's bytes, read in chunks; "" when ``path`` is not a regular file.
+
+    Opened without blocking, so a FIFO put in a file's place cannot hang the caller.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        return _sha256_fd(fd) if stat.S_ISREG(os.fstat(fd).st_mode) else ""
+    finally:
+        os.close(fd)
 
 
 def current_hash(workspace: Path, path: str) -> str:
     """sha256 of the workspace file ``path`` now; "" when it does not exist."""
-    real = resolve_in_workspace(workspace, path, for_write=True)
-    return sha256_file(real) if real.is_file() else ""
+    with WorkspaceRoot(workspace) as root:
+        opened = root.open(path)
+        if opened is None:
+            return ""
+        with opened:
+            if opened.rel == ".":
+                raise ToolError(f"path {path!r} is the workspace itself, not a file")
+            if opened.is_dir:
+                raise ToolError(f"path {path!r} is a directory; give a file path")
+            return _sha256_fd(opened.fd) if opened.is_file else ""
+
+
+def read_in_workspace(workspace: Path, path: str) -> tuple[str, bytes]:
+    """(real workspace-relative path, bytes) of the regular file ``path``, else a ToolError."""
+    with WorkspaceRoot(workspace) as root:
+        opened = root.open(path)
+        if opened is None:
+            raise ToolError(f"file {path!r} does not exist; list_dir or glob show what exists")
+        with opened:
+            if opened.is_dir:
+                raise ToolError(f"{path!r} is a directory; use list_dir to see its entries")
+            if not opened.is_file:
+                raise ToolError(f"{path!r} is not a regular file")
+            return opened.rel, opened.read()
+
+
+def write_target(workspace: Path, path: str, guard: PathGuard) -> str:
+    """The real workspace-relative path a write of ``path`` would replace; changes nothing.
+
+    ToolError when the path leads outside, is a directory, has a file for a parent,
+    or is protected (``guard.write_refusal``).
+    """
+    with WorkspaceRoot(workspace) as root, root.locate(path) as spot:
+        _check_file_target(path, spot)
+        refuse_protected(path, spot.rel, guard)
+        return spot.rel
+
+
+def replace_in_workspace(
+    workspace: Path, path: str, data: bytes, guard: PathGuard
+) -> tuple[str, bool]:
+    """Write ``data`` to ``path`` atomically; (real workspace-relative path, it existed before).
+
+    The file is created next to its target with ``O_EXCL | O_NOFOLLOW`` and renamed
+    over it within the parent's descriptor, after an fsync; an existing file keeps
+    its mode; missing parent directories are made by descriptor. Refusals as in
+    ``write_target``; an OS error becomes a ToolError naming the path.
+    """
+    with WorkspaceRoot(workspace) as root, root.locate(path) as spot:
+        _check_file_target(path, spot)
+        refuse_protected(path, spot.rel, guard)
+        try:
+            with root.parent_for_write(spot) as parent:
+                existed = _replace(parent, spot.tail[-1], data)
+        except OSError as exc:
+            raise ToolError(f"cannot write {path!r}: {exc.strerror or exc}") from None
+        return spot.rel, existed
+
+
+def write_in_workspace(workspace: Path, rel: str, data: bytes, guard: PathGuard) -> str:
+    """Write ``data`` to the workspace file ``rel`` safely; its real workspace-relative path.
+
+    For the harness's own writes into the workspace (the mirrored plan): the same
+    confinement, protection and atomicity as write_file; ToolError when refused.
+    """
+    return replace_in_workspace(workspace, rel, data, guard)[0]
+
+
+def refuse_protected(path: str, rel: str, guard: PathGuard) -> None:
+    """ToolError naming ``path`` and why, when its real path ``rel`` may never be written.
+
+    The path is also judged in case-folded form: on a case-insensitive file system
+    ``.KEEL/x`` is ``.keel/x``.
+    """
+    reason = guard.write_refusal(rel) or guard.write_refusal(rel.casefold())
+    if reason is not None:
+        raise ToolError(f"refusing to write {path!r}: {reason}")
 
 
 def write_atomically(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` in one rename, keeping an existing file's mode."""
+    """Replace the file ``path`` (a trusted, harness-chosen name) with ``data`` in one rename.
+
+    Makes missing parents and keeps an existing file's mode. Model-chosen paths go
+    through ``replace_in_workspace`` instead, which confines them to the workspace.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.keel-{uuid.uuid4().hex[:8]}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        with contextlib.suppress(FileNotFoundError):
-            os.chmod(tmp, stat.S_IMODE(path.stat().st_mode))
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-@dataclass(frozen=True, slots=True)
-class WalkEntry:
-    """One entry met while walking: ``kind`` is "file", "dir", "symlink" or "other"."""
-
-    rel: str  # workspace-relative posix path
-    path: Path
-    kind: str
-    depth: int  # 1 for a direct child of the start directory
-    size: int = 0
-    inside: bool = True  # for symlinks: does the target resolve inside the workspace?
+        _replace(fd, path.name, data)
+    finally:
+        os.close(fd)
 
 
 def walk_workspace(
@@ -116,35 +165,78 @@ def walk_workspace(
     Symbolic links are yielded as "symlink" entries (``inside`` tells where they
     lead) and never descended into; version-control directories are skipped.
     """
-    root = workspace.resolve()
-    stack: list[tuple[Path, int]] = [(start, 1)]
-    while stack:
-        directory, depth = stack.pop()
+    with WorkspaceRoot(workspace) as root:
+        opened = root.open(relative_posix(workspace, start))
+        if opened is None:
+            return
+        with opened:
+            if opened.is_dir:
+                yield from walk_tree(root, opened.fd, opened.rel, max_depth=max_depth)
+
+
+# --- internals -----------------------------------------------------------------------
+
+
+def _check_file_target(path: str, spot: Spot) -> None:
+    if spot.rel == ".":
+        raise ToolError(f"path {path!r} is the workspace itself, not a file")
+    if spot.blocked:
+        raise ToolError(f"cannot create {path!r}: a parent is a file, not a directory")
+    if spot.is_dir():
+        raise ToolError(f"path {path!r} is a directory; give a file path")
+
+
+def _replace(dir_fd: int, name: str, data: bytes) -> bool:
+    """Atomically put ``data`` at ``name`` in ``dir_fd``; True when a file was there."""
+    tmp = f".{name[:200]}.keel-{uuid.uuid4().hex[:8]}.tmp"
+    fd = os.open(tmp, CREATE_FLAGS, 0o666, dir_fd=dir_fd)
+    old: os.stat_result | None = None
+    try:
         try:
-            with os.scandir(directory) as it:
-                entries = sorted(it, key=lambda e: e.name)
-        except OSError:
-            continue
-        subdirs: list[tuple[Path, int]] = []
-        for entry in entries:
-            path = Path(entry.path)
-            rel = path.relative_to(root).as_posix()
-            if entry.is_symlink():
-                inside = _is_within(Path(os.path.realpath(path)), root)
-                yield WalkEntry(rel, path, "symlink", depth, inside=inside)
-            elif entry.is_dir(follow_symlinks=False):
-                if entry.name in SKIPPED_DIRS:
-                    continue
-                yield WalkEntry(rel, path, "dir", depth)
-                if max_depth is None or depth < max_depth:
-                    subdirs.append((path, depth + 1))
-            elif entry.is_file(follow_symlinks=False):
-                size = entry.stat(follow_symlinks=False).st_size
-                yield WalkEntry(rel, path, "file", depth, size=size)
-            else:
-                yield WalkEntry(rel, path, "other", depth)
-        stack.extend(reversed(subdirs))
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            with contextlib.suppress(FileNotFoundError):
+                old = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            if old is not None and stat.S_ISREG(old.st_mode):
+                os.fchmod(fd, stat.S_IMODE(old.st_mode))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        raise
+    with contextlib.suppress(OSError):  # make the rename itself durable
+        dfd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    return old is not None
 
 
-def _is_within(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
+def _sha256_fd(fd: int) -> str:
+    digest = hashlib.sha256()
+    while chunk := os.read(fd, 1 << 20):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+__all__ = [
+    "SKIPPED_DIRS",
+    "WalkEntry",
+    "current_hash",
+    "read_in_workspace",
+    "refuse_protected",
+    "relative_posix",
+    "replace_in_workspace",
+    "resolve_in_workspace",
+    "sha256_bytes",
+    "sha256_file",
+    "walk_workspace",
+    "write_atomically",
+    "write_in_workspace",
+    "write_target",
+]
