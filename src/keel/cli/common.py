@@ -11,6 +11,7 @@ from typing import Any, NoReturn, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from keel.core.errors import KeelError
 
@@ -38,7 +39,7 @@ def store_url(value: str | None) -> str:
 
 def fail(message: str, code: int = 2) -> NoReturn:
     """One line on stderr, no traceback, then exit with ``code``."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
