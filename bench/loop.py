@@ -47,7 +47,7 @@ from typing import Annotated, Any, TypedDict
 from keel.core.budget import Budget
 from keel.core.events import Event, EventType
 from keel.core.state import RunState
-from keel.loop.driver import recent_transcript
+from keel.loop.transcript import recent_transcript
 from keel.models.base import ModelRequest, ModelTurn, TokenUsage, ToolCall
 from keel.runtime.harness import Harness
 from keel.store.url import open_store

@@ -35,6 +35,8 @@ PINNED = {
     "RETRY_SCHEDULED": "retry_scheduled",
     "CONTEXT_COMPACTED": "context_compacted",
     "TASK_LINKED": "task_linked",
+    "PROCESS_STARTED": "process_started",
+    "PROCESS_SETTLED": "process_settled",
 }
 
 

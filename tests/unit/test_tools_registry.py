@@ -208,7 +208,6 @@ def test_control_tools_have_specs_and_arguments_but_are_not_executed(ctx: ToolCo
     for name, arg in [
         ("request_completion", "summary"),
         ("ask_user", "question"),
-        ("plan_write", "content"),
         ("plan_exit", "summary"),
     ]:
         item = registry.get(name)
@@ -219,6 +218,16 @@ def test_control_tools_have_specs_and_arguments_but_are_not_executed(ctx: ToolCo
             registry.parse_arguments(name, {arg: ""})
         with pytest.raises(UsageError, match="control tool"):
             registry.execute(name, {arg: "text"}, ctx)
+
+
+def test_plan_write_is_an_ordinary_write_of_the_plan_file(ctx: ToolContext) -> None:
+    item = default_registry().get("plan_write")
+    assert not item.control
+    assert (item.effect, item.recovery) == (Effect.WRITE, Recovery.VERIFY_THEN_CONTINUE)
+    result = item.run(ctx, {"content": "- step one\n"})
+    assert (ctx.workspace / "plans" / "PLAN.md").read_text() == "- step one\n"
+    assert result.data == {"plan": "- step one\n"}
+    assert list(result.changed_files) == ["plans/PLAN.md"]
 
 
 def test_builtins_have_the_contracted_names_effects_and_recovery() -> None:

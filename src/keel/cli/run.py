@@ -61,6 +61,9 @@ def run_command(
     approval_timeout: float | None = typer.Option(
         None, "--approval-timeout", help="Seconds an approval may stay unanswered."
     ),
+    sandbox: str | None = typer.Option(
+        None, "--sandbox", help="required, auto (default) or off: confine commands with bubblewrap."
+    ),
     key: str | None = typer.Option(None, "--key", help="Idempotency key for the run."),
     detach: bool = typer.Option(False, "--detach", help="Only enqueue; a worker runs it."),
     json_out: bool = JsonOption,
@@ -89,6 +92,7 @@ def run_command(
         policy_file=policy,
         idempotency_key=key,
         queued=detach,
+        sandbox=sandbox,
     )
     if json_out:
         print_json({"run_id": state.run_id, "status": state.status.value})
@@ -96,7 +100,25 @@ def run_command(
         console.print(state.run_id, highlight=False)
     if detach:
         return
+    _warn_unconfined(harness, state)
     _drive(harness, state.run_id, json_out, answer_store_flag(store))
+
+
+def _warn_unconfined(harness: Harness, state: RunState) -> None:
+    """Say once that commands run unconfined (``sandbox: none`` is on every call's record)."""
+    containment = harness.containment(state)
+    if containment.sandbox.kind != "none":
+        return
+    why = (
+        "the sandbox is off"
+        if containment.settings.mode == "off"
+        else "bubblewrap is not available (apt-get install bubblewrap)"
+    )
+    err_console.print(
+        f"warning: commands run without an OS sandbox: {why}; in auto mode they need approval",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 @keel_errors

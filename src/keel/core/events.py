@@ -42,6 +42,8 @@ class EventType(StrEnum):
     RETRY_SCHEDULED = "retry_scheduled"  # attempt, wait, error
     CONTEXT_COMPACTED = "context_compacted"  # what was dropped from the view
     TASK_LINKED = "task_linked"  # the task this run executes
+    PROCESS_STARTED = "process_started"  # call id, process group, host, boot id, start time
+    PROCESS_SETTLED = "process_settled"  # call id, what resume did with a command still running
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

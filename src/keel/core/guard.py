@@ -24,6 +24,8 @@ GIT_INTERNALS: tuple[str, ...] = (".git",)
 # Reading these needs approval; they are left out of listings, searches and diffs,
 # masked inside the sandbox, and their values are redacted from the log.
 DEFAULT_SECRET: tuple[str, ...] = (".env", ".env.*")
+# Where plan_write keeps the plan in the workspace (a write like any other).
+PLAN_FILE = "plans/PLAN.md"
 
 
 def covered_by(rel: str, patterns: tuple[str, ...]) -> str | None:
@@ -93,6 +95,7 @@ __all__ = [
     "DEFAULT_PROTECTED",
     "DEFAULT_SECRET",
     "GIT_INTERNALS",
+    "PLAN_FILE",
     "PathGuard",
     "covered_by",
 ]

@@ -37,6 +37,7 @@ class RunOptions:
     approval_timeout_s: float | None = None
     plan_then: str | None = None
     policy: dict[str, Any] | None = None
+    sandbox: dict[str, Any] | None = None  # SandboxSettings.to_dict(); None: the defaults
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -47,6 +48,7 @@ class RunOptions:
             "approval_timeout_s": self.approval_timeout_s,
             "plan_then": self.plan_then,
             "policy": self.policy,
+            "sandbox": self.sandbox,
         }
 
     @classmethod
@@ -59,6 +61,7 @@ class RunOptions:
             approval_timeout_s=d.get("approval_timeout_s"),
             plan_then=d.get("plan_then"),
             policy=d.get("policy"),
+            sandbox=d.get("sandbox"),
         )
 
 
@@ -383,6 +386,24 @@ def _tool_started(s: RunState, d: dict[str, Any]) -> RunState:
 _OPEN_CALL_KEYS = ("call_id", "key", "tool", "arguments", "effect", "recovery", "intent")
 
 
+def _process_started(s: RunState, d: dict[str, Any]) -> RunState:
+    """The open call's program started: remember where, so a resume can find it running."""
+    call = s.open_calls.get(d.get("call_id", ""))
+    if call is None:
+        return s
+    process = {k: d.get(k) for k in ("pgid", "host", "boot_id", "start_ticks", "timeout_s")}
+    return _evolve(s, open_calls={**s.open_calls, d["call_id"]: {**call, "process": process}})
+
+
+def _process_settled(s: RunState, d: dict[str, Any]) -> RunState:
+    """A resume dealt with the call's program (gone, waited for, killed, or elsewhere)."""
+    call = s.open_calls.get(d.get("call_id", ""))
+    if call is None:
+        return s
+    settled = {**call, "settled": str(d.get("outcome", ""))}
+    return _evolve(s, open_calls={**s.open_calls, d["call_id"]: settled})
+
+
 def _tool_finished(s: RunState, d: dict[str, Any]) -> RunState:
     changed: dict[str, str] = d.get("changed_files") or {}
     open_calls = {k: v for k, v in s.open_calls.items() if k != d.get("call_id")}
@@ -556,6 +577,8 @@ _APPLY = {
     EventType.RETRY_SCHEDULED: _unchanged,
     EventType.CONTEXT_COMPACTED: _unchanged,
     EventType.TASK_LINKED: _task_linked,
+    EventType.PROCESS_STARTED: _process_started,
+    EventType.PROCESS_SETTLED: _process_settled,
 }
 
 __all__ = [

@@ -3,6 +3,7 @@
 ``decide`` (in ``keel.loop.decide``) looks at a run's state and returns exactly one
 of these; the driver performs it, records its events, and asks again. Only
 ``CallModel``, ``RunTool``, ``ReconcileCall`` and ``RunVerifiers`` need I/O;
+``SettleProcess`` (a command left running by a dead process) needs I/O too;
 ``Commit`` is a decision already made (its events only need storing) and
 ``Halt`` hands control back to the caller.
 """
@@ -42,6 +43,7 @@ class RunTool:
     recovery: str
     grant: str | None = None  # approval digest this execution uses up
     record_start: bool = True  # False when tool_started is already in the log (a re-run)
+    git_writable: bool = False  # an approved command that writes the repository
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,6 +54,15 @@ class ReconcileCall:
     tool: str
     arguments: dict[str, Any]
     intent: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SettleProcess:
+    """A started call's program may still run (its process died first): find it, then
+    wait for it or kill it, before anyone is asked whether to run the call again."""
+
+    call_id: str
+    process: dict[str, Any]  # pgid, host, boot_id, start_ticks from process_started
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,4 +79,4 @@ class Halt:
     status: RunStatus
 
 
-Action = Commit | CallModel | RunTool | ReconcileCall | RunVerifiers | Halt
+Action = Commit | CallModel | RunTool | ReconcileCall | SettleProcess | RunVerifiers | Halt

@@ -27,6 +27,7 @@ from keel.loop.actions import (
     ReconcileCall,
     RunTool,
     RunVerifiers,
+    SettleProcess,
 )
 from keel.loop.outcomes import failed_event, finished_event, loose_arguments, note_event
 from keel.policy.approvals import approval_digest, approval_request, expires_at, is_expired
@@ -48,7 +49,7 @@ PLAN_MODE_REPLAN_NOTE = (
     "stay refused until a person approves your plan. Write the plan with plan_write, then "
     "call plan_exit with a short summary to ask for approval."
 )
-CONTROL_TOOLS = frozenset({"request_completion", "ask_user", "plan_write", "plan_exit"})
+CONTROL_TOOLS = frozenset({"request_completion", "ask_user", "plan_exit"})
 SIDE_EFFECTS = frozenset({"write", "execute", "external"})
 DISPATCH_DIMENSIONS = (Dimension.TOOL_CALLS, Dimension.WALL_TIME)  # what running a call uses
 
@@ -83,6 +84,8 @@ class Verdict(Protocol):
     def reason(self) -> str: ...
     @property
     def permanent(self) -> bool: ...
+    @property
+    def writes_git(self) -> bool: ...
 
 
 class Gate(Protocol):
@@ -314,6 +317,7 @@ def _dispatch_next(state: RunState, sit: Situation) -> Action:
         effect=info.effect,
         recovery=info.recovery,
         grant=grant,
+        git_writable=verdict.writes_git,
     )
 
 
@@ -476,11 +480,6 @@ def _control(
             ),
             transition(state, RunStatus.WAITING, f"question:{call_id}"),
         )
-    if name == "plan_write":
-        return (
-            NewEvent(type=EventType.PLAN_WRITTEN, data={"content": args["content"]}),
-            finished_event(call_id, name, args, "plan saved (mirrored to plans/PLAN.md)", grant),
-        )
     raise AssertionError(f"not a control tool: {name}")
 
 
@@ -504,16 +503,24 @@ def _reconcile(state: RunState, sit: Situation, call: dict[str, Any]) -> Action:
         return ReconcileCall(
             call_id=call_id, tool=name, arguments=args, intent=dict(call.get("intent") or {})
         )
+    process = call.get("process")
+    if isinstance(process, dict) and not call.get("settled"):
+        return SettleProcess(call_id=call_id, process=dict(process))
     digest = approval_digest(name, args, str(sit.workspace))
     if digest in state.grants:  # a person said: run it again
+        effect = str(call.get("effect") or "execute")
+        verdict = sit.gate.decide(
+            name, effect, args, mode=Mode(state.mode), workspace=sit.workspace
+        )
         return RunTool(
             call_id=call_id,
             tool=name,
             arguments=args,
-            effect=str(call.get("effect") or "execute"),
+            effect=effect,
             recovery=recovery,
             grant=digest,
             record_start=True,
+            git_writable=verdict.writes_git,
         )
     return Commit(
         events=(
@@ -527,13 +534,25 @@ def _reconcile(state: RunState, sit: Situation, call: dict[str, Any]) -> Action:
                     "digest": digest,
                     "risk": "high",
                     "why": "the process stopped while this call ran; it may or may not have "
-                    "taken effect. Approve to run it again once, or deny to record it as not done.",
+                    "taken effect. Approve to run it again once, or deny to record it as not done."
+                    + _settled_note(call),
                     "expires_at": None,
                 },
             ),
             transition(state, RunStatus.WAITING, f"unknown_outcome:{call_id}"),
         )
     )
+
+
+def _settled_note(call: dict[str, Any]) -> str:
+    outcome = call.get("settled")
+    notes = {
+        "gone": " Its program was no longer running when the run resumed.",
+        "waited": " Its program was still running; the resume waited until it ended.",
+        "killed": " Its program was still running; the resume killed it (policy: kill).",
+        "elsewhere": " Its program ran on another host; whether it still runs is unknown.",
+    }
+    return notes.get(str(outcome), "")
 
 
 __all__ = ["Gate", "Situation", "ToolCatalog", "decide"]

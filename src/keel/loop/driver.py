@@ -22,29 +22,39 @@ from typing import Any
 
 from keel.core.errors import ConcurrentUpdate, InvalidTransition, LeaseLost, ModelError, ToolError
 from keel.core.events import Event, EventType, NewEvent
-from keel.core.redact import Redactor, without_secrets
-from keel.core.state import RunState, ValidationRecord, transition
+from keel.core.guard import PathGuard
+from keel.core.redact import Redactor, SecretSource
+from keel.core.state import RunState, transition
 from keel.core.status import RunStatus
-from keel.loop.actions import CallModel, Commit, Halt, ReconcileCall, RunTool, RunVerifiers
+from keel.loop.actions import (
+    CallModel,
+    Commit,
+    Halt,
+    ReconcileCall,
+    RunTool,
+    RunVerifiers,
+    SettleProcess,
+)
 from keel.loop.catalog import RegistryCatalog
 from keel.loop.decide import Gate, Situation, decide
 from keel.loop.faults import fault_point
 from keel.loop.fingerprint import changed_since, fingerprint
-from keel.loop.outcomes import after_model, after_verification
+from keel.loop.outcomes import after_model, after_verification, loose_arguments
 from keel.loop.prepare import build_messages
-from keel.loop.transcript import Transcript
-from keel.models.base import Model, ModelRequest, RetryNotice, ToolSpec
+from keel.loop.transcript import Transcript, recent_transcript
+from keel.loop.verification import check_workspace
+from keel.models.base import Model, ModelRequest, RetryNotice, ToolCall, ToolSpec
+from keel.sandbox import orphans
+from keel.sandbox.base import Sandbox, SandboxSettings
 from keel.store.base import Store
 from keel.store.step import FoldedStep, fold_step
 from keel.tools.base import Effect, ToolContext, ToolResult
+from keel.tools.commands import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S
 from keel.tools.registry import ToolRegistry
-from keel.verify.diff import workspace_diff
-from keel.verify.runner import run_verifier
 
 SIDE_EFFECTS = frozenset({Effect.WRITE.value, Effect.EXECUTE.value, Effect.EXTERNAL.value})
 MAX_EVENT_OUTPUT = 64_000  # characters of a tool's output kept inline in its event
 VERIFIER_TIMEOUT_S = 900.0
-TRANSCRIPT_TAIL_EVENTS = 256  # first window of events read back to rebuild the conversation
 
 EventSink = Callable[[Event, RunState], None]
 
@@ -76,6 +86,10 @@ class Driver:
     redactor: Redactor = field(default_factory=lambda: Redactor.from_mapping(os.environ))
     verifier_timeout_s: float = VERIFIER_TIMEOUT_S
     should_stop: Callable[[], bool] | None = None  # checked between steps (graceful stop)
+    sandbox: Sandbox | None = None  # where programs run; None: unconfined (tests of the loop)
+    guard: PathGuard = field(default_factory=PathGuard)
+    settings: SandboxSettings = field(default_factory=SandboxSettings)
+    secrets: SecretSource | None = None  # None: only the environment's secrets are known
     transcript: Transcript = field(init=False)
     workspace: Path = field(init=False)
     _catalog: RegistryCatalog = field(init=False)
@@ -124,6 +138,8 @@ class Driver:
                 self._run_tool(action)
             elif isinstance(action, ReconcileCall):
                 self._reconcile(action)
+            elif isinstance(action, SettleProcess):
+                self._settle(action)
             else:
                 self._verify(action)
 
@@ -194,15 +210,8 @@ class Driver:
         self._stored = state
         for event in stored:
             self.transcript.apply(event)
-            if event.type is EventType.PLAN_WRITTEN:
-                self._mirror_plan(str(event.data.get("content", "")))
             if self.on_event is not None:
                 self.on_event(event, state)
-
-    def _mirror_plan(self, content: str) -> None:
-        plans = self.workspace / "plans"
-        plans.mkdir(exist_ok=True)
-        (plans / "PLAN.md").write_text(content, encoding="utf-8")
 
     # --- model ---------------------------------------------------------------------------
 
@@ -239,12 +248,26 @@ class Driver:
                 "messages": len(request.messages),
             },
         )
+        self._learn_written_secrets(turn.tool_calls)
         reads_only = bool(turn.tool_calls) and all(
             self._is_read(call.name) for call in turn.tool_calls
         )
         self.commit(
             [requested, *after_model(self.state, turn, elapsed_s=elapsed)], defer=reads_only
         )
+
+    def _learn_written_secrets(self, calls: Sequence[ToolCall]) -> None:
+        """Values the model is about to write into a secret file are secrets from now on,
+        so neither its turn nor the call's record stores them."""
+        if self.secrets is None:
+            return
+        for call in calls:
+            args = loose_arguments(call.arguments)
+            if not isinstance(args, dict):
+                continue
+            path, text = args.get("path"), args.get("content", args.get("new_text"))
+            if isinstance(path, str) and isinstance(text, str) and self.guard.is_secret(path):
+                self.redactor = self.secrets.learn(self.redactor, path, text)
 
     def _record_retry(self, notice: RetryNotice) -> None:
         self.commit(
@@ -263,7 +286,7 @@ class Driver:
 
     # --- tools ---------------------------------------------------------------------------
 
-    def _context(self, call_id: str) -> ToolContext:
+    def _context(self, call_id: str, action: RunTool | None = None) -> ToolContext:
         return ToolContext(
             workspace=self.workspace,
             run_id=self.run_id,
@@ -271,7 +294,38 @@ class Driver:
             owner=self.owner,
             store=self.store,
             state=self.state,
+            guard=self.guard,
+            sandbox=self.sandbox,
+            git_writable=action is not None and action.git_writable,
+            on_spawn=(lambda pgid: self._spawned(action, pgid)) if action is not None else None,
         )
+
+    def _spawned(self, action: RunTool, pgid: int) -> None:
+        """Record where a command runs before waiting for it, so a resume can find it."""
+        timeout = action.arguments.get("timeout_seconds")
+        limit = min(float(timeout) if timeout else DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S)
+        self.commit(
+            [
+                NewEvent(
+                    type=EventType.PROCESS_STARTED,
+                    data={
+                        "call_id": action.call_id,
+                        **orphans.identify(pgid),
+                        "timeout_s": limit,
+                        "sandbox": self._sandbox_kind(),
+                    },
+                )
+            ]
+        )
+
+    def _sandbox_kind(self) -> str:
+        return self.sandbox.kind if self.sandbox is not None else "none"
+
+    def _isolation(self) -> dict[str, Any]:
+        """What confines programs, as recorded with every call and verification."""
+        if self.sandbox is None:
+            return {"kind": "none"}
+        return self.sandbox.describe()
 
     def _run_tool(self, action: RunTool) -> None:
         tool = self.registry.get(action.tool)
@@ -299,6 +353,11 @@ class Driver:
                                 "recovery": action.recovery,
                                 "intent": intent,
                                 "grant": action.grant,
+                                **(
+                                    {"sandbox": self._isolation()}
+                                    if action.effect == Effect.EXECUTE.value
+                                    else {}
+                                ),
                             },
                         )
                     ]
@@ -310,7 +369,7 @@ class Driver:
 
     def _execute(self, action: RunTool, args: Any) -> None:
         tool = self.registry.get(action.tool)
-        ctx = self._context(action.call_id)
+        ctx = self._context(action.call_id, action)
         if action.effect in SIDE_EFFECTS:
             self._confirm_lease()
         before = fingerprint(self.workspace) if action.effect == Effect.EXECUTE.value else None
@@ -340,6 +399,8 @@ class Driver:
         changed = dict(result.changed_files)
         if before is not None:
             changed.update(changed_since(self.workspace, before))
+        if self.secrets is not None and any(self.guard.is_secret(path) for path in changed):
+            self.redactor = self.secrets.refresh(self.redactor)
         events = [
             NewEvent(
                 type=EventType.TOOL_FINISHED,
@@ -357,6 +418,10 @@ class Driver:
         if "todos" in result.data:
             events.append(
                 NewEvent(type=EventType.TODO_UPDATED, data={"todos": result.data["todos"]})
+            )
+        if "plan" in result.data:
+            events.append(
+                NewEvent(type=EventType.PLAN_WRITTEN, data={"content": result.data["plan"]})
             )
         # A read's result may wait for the next durable commit: replaying a read is safe.
         self.commit(events, defer=action.effect == Effect.READ.value and not changed)
@@ -407,11 +472,12 @@ class Driver:
     def _inline_output(self, call_id: str, result: ToolResult) -> str:
         if len(result.output) <= MAX_EVENT_OUTPUT:
             return result.output
+        output = self.redactor.scrub_text(result.output)  # artifacts are on record too
         artifact = self.store.put_artifact(
-            self.run_id, f"output-{call_id}.txt", result.output.encode("utf-8", "replace")
+            self.run_id, f"output-{call_id}.txt", output.encode("utf-8", "replace")
         )
         return (
-            result.output[:MAX_EVENT_OUTPUT]
+            output[:MAX_EVENT_OUTPUT]
             + f"\n[output truncated here: full text in artifact:{artifact.id}]"
         )
 
@@ -433,6 +499,7 @@ class Driver:
                             "changed_files": dict(action.intent),
                         },
                     ),
+                    *_replayed_records(action),
                 ]
             )
             return
@@ -447,30 +514,51 @@ class Driver:
         )
         self._execute(run, tool.parse_arguments(action.arguments))
 
+    def _settle(self, action: SettleProcess) -> None:
+        """Deal with a command a dead process left running, before anyone is asked about it:
+        wait for it or kill it, per ``[sandbox] orphans`` (``orphans.settle``)."""
+        outcome = orphans.settle(action.process, self.settings.orphans)
+        self.commit(
+            [
+                NewEvent(
+                    type=EventType.PROCESS_SETTLED,
+                    data={
+                        "call_id": action.call_id,
+                        "outcome": outcome,
+                        "pgid": action.process.get("pgid"),
+                    },
+                )
+            ]
+        )
+
     # --- verification --------------------------------------------------------------------
 
     def _verify(self, action: RunVerifiers) -> None:
+        if self.secrets is not None:  # the run may have written .env files since
+            self.redactor = self.secrets.refresh(self.redactor)
         revision = self.state.mutation_revision
         self.commit(
             [
                 NewEvent(
                     type=EventType.VERIFICATION_STARTED,
-                    data={"commands": list(action.commands), "mutation_revision": revision},
+                    data={
+                        "commands": list(action.commands),
+                        "mutation_revision": revision,
+                        "sandbox": self._isolation(),
+                    },
                 )
             ]
         )
         started = time.monotonic()
-        records = []
-        for index, command in enumerate(action.commands):
-            records.append(self._run_verifier(index, command))
-            fault_point("during_verification")
-        diff = workspace_diff(self.workspace)
-        diff_artifact = None
-        if diff:
-            stored = self.store.put_artifact(
-                self.run_id, "diff.patch", diff.encode("utf-8", "replace")
-            )
-            diff_artifact = stored.id
+        records, diff_artifact = check_workspace(
+            action.commands,
+            state=self.state,
+            store=self.store,
+            redactor=self.redactor,
+            sandbox=self.sandbox,
+            guard=self.guard,
+            timeout_s=self.verifier_timeout_s,
+        )
         self.commit(
             after_verification(
                 self.state,
@@ -480,43 +568,14 @@ class Driver:
             )
         )
 
-    def _run_verifier(self, index: int, command: str) -> ValidationRecord:
-        check = run_verifier(
-            command,
-            workspace=self.workspace,
-            timeout_s=self.verifier_timeout_s,
-            env=without_secrets(os.environ),
-        )
-        text = self.redactor.scrub_text(check.output)
-        header = f"$ {command}\n[exit code {check.exit_code}]\n"
-        artifact = self.store.put_artifact(
-            self.run_id, f"verify-{index + 1}.log", (header + text).encode("utf-8")
-        )
-        return ValidationRecord(
-            command=command,
-            exit_code=check.exit_code,
-            duration_s=round(check.duration_s, 3),
-            artifact=artifact.id,
-            mutation_revision=self.state.mutation_revision,
-            file_hashes=dict(self.state.changed_files),
-            passed=check.exit_code == 0,
-        )
 
-
-def recent_transcript(store: Store, state: RunState) -> Transcript:
-    """The model's conversation rebuilt from the tail of the log, not all of it.
-
-    The window of events read grows until the transcript covers the model's view
-    (or reaches the run's first event), so resuming a long run costs the same as a
-    short one while the model sees exactly what the original process would have.
-    """
-    window = TRANSCRIPT_TAIL_EVENTS
-    while True:
-        after = max(0, state.last_seq - window)
-        transcript = Transcript(store.read_events(state.run_id, after=after))
-        if after == 0 or transcript.covers_view():
-            return transcript
-        window *= 4
+def _replayed_records(action: ReconcileCall) -> list[NewEvent]:
+    """What a call found done on resume would have recorded beside its tool_finished."""
+    if action.tool == "plan_write" and isinstance(action.arguments.get("content"), str):
+        return [
+            NewEvent(type=EventType.PLAN_WRITTEN, data={"content": action.arguments["content"]})
+        ]
+    return []
 
 
 def _reconciled(call_id: str, outcome: str, detail: str) -> NewEvent:

@@ -15,7 +15,11 @@ from itertools import islice
 from typing import Any
 
 from keel.core.events import Event, EventType
+from keel.core.state import RunState
 from keel.models.base import Message, ToolCall
+from keel.store.base import Store
+
+TRANSCRIPT_TAIL_EVENTS = 256  # first window of events read back to rebuild the conversation
 
 KEPT_MESSAGES = 400  # how much conversation is kept in memory
 VIEW_MESSAGES = 60  # how much of it the model sees each turn
@@ -85,3 +89,19 @@ def _clip(text: str) -> str:
         return text
     omitted = len(text) - MAX_TOOL_TEXT
     return text[:MAX_TOOL_TEXT] + f"\n[truncated for the model: {omitted} characters omitted]"
+
+
+def recent_transcript(store: Store, state: RunState) -> Transcript:
+    """The model's conversation rebuilt from the tail of the log, not all of it.
+
+    The window of events read grows until the transcript covers the model's view
+    (or reaches the run's first event), so resuming a long run costs the same as a
+    short one while the model sees exactly what the original process would have.
+    """
+    window = TRANSCRIPT_TAIL_EVENTS
+    while True:
+        after = max(0, state.last_seq - window)
+        transcript = Transcript(store.read_events(state.run_id, after=after))
+        if after == 0 or transcript.covers_view():
+            return transcript
+        window *= 4

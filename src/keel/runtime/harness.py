@@ -24,8 +24,12 @@ from keel.models.resolve import resolve_model
 from keel.policy.modes import parse_mode
 from keel.policy.rules import Policy
 from keel.runtime import decisions
+from keel.runtime.config import load_sandbox_settings
+from keel.runtime.containment import Containment, contain, store_files
 from keel.runtime.heartbeat import Heartbeat
 from keel.runtime.identity import process_owner
+from keel.runtime.secrets import WorkspaceSecrets, load_redactor, refuse_secret_commands
+from keel.sandbox.choose import open_sandbox
 from keel.store.base import Lease, Store, iter_all_events
 from keel.store.url import open_store
 from keel.tools.builtin import default_registry
@@ -109,18 +113,31 @@ class Harness:
         queued: bool = False,
         parent_id: str | None = None,
         task_id: str | None = None,
+        sandbox: str | None = None,
     ) -> RunState:
-        """Record a new run (``queued`` for a worker, else ready to execute here)."""
+        """Record a new run (``queued`` for a worker, else ready to execute here).
+
+        ``sandbox`` (required | auto | off) overrides ``[sandbox] mode`` of the
+        workspace's ``.keel/config.toml``; a run this process must drive is refused
+        (ConfigError) when it requires a sandbox this machine cannot provide.
+        """
         if not goal.strip():
             raise ConfigError("the task is empty: say what the run should achieve")
         workspace = Path(cwd).resolve()
         if not workspace.is_dir():
             raise ConfigError(f"workspace {workspace} is not a directory")
+        # Verify commands are stored as written (a resume or a worker runs them), so one
+        # holding a secret is refused; the goal is stored redacted.
+        redactor = load_redactor(workspace)
+        refuse_secret_commands(verify, redactor)
         parse_mode(mode)
         if plan_then is not None:
             parse_mode(plan_then)
             mode = "plan"  # a follow-on mode means: plan first (as `keel run --plan-then`)
         policy = Policy.from_sources(workspace, Path(policy_file) if policy_file else None)
+        confinement = load_sandbox_settings(workspace, mode=sandbox)
+        if not queued:
+            open_sandbox(confinement)  # `required` without bubblewrap stops here
         spec = self._model_spec(model)
         if not queued and (self._model is None or isinstance(self._model, str)):
             # Refuse a run this process cannot drive (no model, missing API key)
@@ -136,9 +153,10 @@ class Harness:
             approval_timeout_s=approval_timeout,
             plan_then=plan_then,
             policy=policy.to_dict(),
+            sandbox=confinement.to_dict(),
         )
         return self.store.create_run(
-            goal=goal,
+            goal=redactor.scrub_text(goal),
             workspace=str(workspace),
             options=options,
             parent_id=parent_id,
@@ -172,6 +190,7 @@ class Harness:
         if state.status.terminal:
             return RunOutcome(state=state)
         model = self._model_for(state)
+        containment = self.containment(state)  # `required` without bubblewrap stops here
         held = lease or self.store.acquire_run_lease(run_id, owner=self.owner, ttl=self.lease_ttl)
         # Another process may have finished or moved the run between the read and the lease.
         state = self.store.load_run(run_id)
@@ -189,16 +208,22 @@ class Harness:
             renew=lambda current, ttl: self.store.renew_run_lease(current, ttl=ttl),
             on_lost=lost,
         )
+        secrets = WorkspaceSecrets(Path(state.workspace))
         driver = Driver(
             store=self.store,
             model=model,
             registry=self.tools,
-            gate=Policy.from_dict(state.options.policy),
+            gate=containment.gate,
             state=state,
             owner=f"run:{run_id}",
             lease=guard,
             on_event=self.on_event,
             should_stop=should_stop,
+            sandbox=containment.sandbox,
+            guard=containment.guard,
+            settings=containment.settings,
+            redactor=secrets.load(),
+            secrets=secrets,
         )
         try:
             with heartbeat:
@@ -211,6 +236,13 @@ class Harness:
             if guard.lost is None:
                 self.store.release_run_lease(heartbeat.lease)
         return RunOutcome(state=final)
+
+    def containment(self, state: RunState) -> Containment:
+        """The run's sandbox, path guard and gate, from its stored options.
+
+        ConfigError when the run requires a sandbox this machine cannot provide.
+        """
+        return contain(state, store_files=store_files(self.store))
 
     # --- people --------------------------------------------------------------------------
 

@@ -44,6 +44,7 @@ class KeelWorkspace:
     root: Path
     store_url: str | None = None  # None: the default sqlite:///.keel/keel.db under root
     scripts: int = field(default=0)
+    env: dict[str, str] = field(default_factory=dict)  # set for every command (e.g. PATH)
 
     def script(self, *turns: dict[str, Any]) -> str:
         """Write a scripted model file; returns the ``--model`` spec for it."""
@@ -55,6 +56,7 @@ class KeelWorkspace:
     def keel(self, *args: str) -> subprocess.CompletedProcess[str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
         env["COLUMNS"] = "200"
+        env.update(self.env)
         store = ["--store", self.store_url] if self.store_url else []
         return subprocess.run(
             [KEEL, *args, *store],

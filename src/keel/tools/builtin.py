@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from keel.tools.base import Tool
 from keel.tools.commands import run_command
-from keel.tools.control import ask_user, plan_exit, plan_write, request_completion
+from keel.tools.control import ask_user, plan_exit, request_completion
 from keel.tools.files import edit_file, read_file, write_file
+from keel.tools.plan import plan_write
 from keel.tools.registry import ToolRegistry
 from keel.tools.search import glob, grep, list_dir
 from keel.tools.tasks import TASK_TOOLS

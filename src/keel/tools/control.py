@@ -1,8 +1,8 @@
 """Control tools: the loop itself performs these; here they are only specs and argument models.
 
-request_completion moves the run to verifying, ask_user makes it wait for an answer,
-plan_write records a plan and plan_exit leaves plan mode. The registry refuses to
-``execute`` them, so a loop that forgets to intercept one fails loudly.
+request_completion moves the run to verifying, ask_user makes it wait for an answer and
+plan_exit leaves plan mode. The registry refuses to ``execute`` them, so a loop that
+forgets to intercept one fails loudly. (plan_write is an ordinary write: ``tools.plan``.)
 """
 
 from __future__ import annotations
@@ -29,13 +29,6 @@ def ask_user(
     question: Annotated[NonEmpty, Field(description="One clear question for the user.")],
 ) -> None:
     """Ask the user a question and wait for the answer; use only when you cannot proceed."""
-
-
-@tool(effect=Effect.STATE, recovery=Recovery.IDEMPOTENT, control=True)
-def plan_write(
-    content: Annotated[NonEmpty, Field(description="The plan, as markdown.")],
-) -> None:
-    """Record (or replace) the plan for this task."""
 
 
 @tool(effect=Effect.STATE, recovery=Recovery.IDEMPOTENT, control=True)
