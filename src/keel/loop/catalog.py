@@ -1,9 +1,22 @@
-"""The tool registry as the pure decision sees it."""
+"""The tools and the permission gate as the pure decision sees them, made total.
+
+``decide`` asks the catalog to validate the model's arguments and the gate to
+judge the call; both see whatever the model sent. Here neither can raise anything
+but a ToolError: an exception while validating becomes an argument error, and an
+exception inside the gate a refusal naming it (``rule: policy_error``), so a call
+the policy cannot judge is the model's observation, never a crash of the run.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from keel.core.errors import ToolArgumentError, ToolError
+from keel.core.text import printable
+from keel.loop.decide import Gate, Verdict
+from keel.policy.modes import Mode
 from keel.tools.base import Tool
 from keel.tools.registry import ToolRegistry
 
@@ -18,4 +31,45 @@ class RegistryCatalog:
         return self._registry.get(name)
 
     def validate(self, name: str, raw: str | dict[str, Any]) -> dict[str, Any]:
-        return self._registry.get(name).parse_arguments(raw).model_dump(mode="json")
+        tool = self._registry.get(name)
+        args = tool.parse_arguments(raw)
+        try:
+            dumped: dict[str, Any] = args.model_dump(mode="json")
+        except Exception as exc:
+            raise ToolArgumentError(
+                name, f"arguments for {name} could not be recorded: {type(exc).__name__}: {exc}"
+            ) from None
+        return dumped
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Refusal:
+    """The verdict on a call the gate could not judge."""
+
+    action: str = "deny"
+    rule: str = "policy_error"
+    reason: str
+    permanent: bool = False
+    writes_git: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TotalGate:
+    """A gate that answers every call: when ``gate`` raises, the call is refused."""
+
+    gate: Gate
+
+    def decide(
+        self, tool: str, effect: str, arguments: dict[str, Any], *, mode: Mode, workspace: Path
+    ) -> Verdict:
+        try:
+            return self.gate.decide(tool, effect, arguments, mode=mode, workspace=workspace)
+        except ToolError as exc:
+            return Refusal(reason=printable(str(exc)))
+        except Exception as exc:
+            return Refusal(
+                reason=printable(
+                    f"the policy could not judge this call ({type(exc).__name__}: {exc}); "
+                    "check its arguments"
+                )
+            )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from keel.core.pathnames import shown_path
 from keel.tools.workspace import sha256_file
 
 SKIPPED_DIRS = frozenset(
@@ -40,7 +41,10 @@ def fingerprint(workspace: Path) -> Fingerprint:
                 if entry.name not in SKIPPED_DIRS:
                     stack.append(Path(entry.path))
             elif entry.is_file(follow_symlinks=False):
-                st = entry.stat(follow_symlinks=False)
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue  # removed since it was listed
                 rel = Path(entry.path).relative_to(workspace).as_posix()
                 found[rel] = (st.st_size, st.st_mtime_ns)
     return found
@@ -52,7 +56,15 @@ def changed_since(workspace: Path, before: Fingerprint) -> dict[str, str]:
     changed = {}
     for path, stamp in after.items():
         if before.get(path) != stamp:
-            changed[path] = sha256_file(workspace / path)
+            try:
+                changed[path] = sha256_file(workspace / path)
+            except OSError:
+                changed[path] = ""  # removed (or unreadable) since the walk saw it
     for path in before.keys() - after.keys():
         changed[path] = ""
     return changed
+
+
+def shown_changes(workspace: Path, before: Fingerprint) -> dict[str, str]:
+    """``changed_since`` keyed by paths as the model is shown them (``\\xHH`` escapes)."""
+    return {shown_path(path): digest for path, digest in changed_since(workspace, before).items()}

@@ -1,24 +1,35 @@
-"""Turning what I/O produced into events (pure): a model turn, a verification.
+"""Turning what I/O produced into events (pure): a model turn, a tool call, a verification.
 
 ``after_model`` records a turn and what it implies (a final answer asks for
-completion); ``after_verification`` grants completion only on evidence. The
-small builders here are shared with ``keel.loop.decide``.
+completion); ``call_started``/``call_finished``/``call_failed`` record a tool
+call; ``after_verification`` grants completion only on evidence. The small
+builders here are shared with ``keel.loop.decide``.
 """
 
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from keel.core.events import EventType, NewEvent
 from keel.core.state import RunState, ValidationRecord, transition
 from keel.core.status import RunStatus
+from keel.core.text import MAX_DEPTH
+from keel.loop.actions import RunTool
+from keel.loop.turns import valid_turn
 from keel.models.base import ModelTurn
 
 
 def after_model(state: RunState, turn: ModelTurn, *, elapsed_s: float) -> tuple[NewEvent, ...]:
-    """The events that record a model turn: the turn itself, and what it implies."""
+    """The events that record a model turn: the turn itself, and what it implies.
+
+    The turn is made valid first (``keel.loop.turns``); what that changed is listed
+    in the event's ``sanitized``.
+    """
+    turn, fixes = valid_turn(turn)
     calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in turn.tool_calls]
     responded = NewEvent(
         type=EventType.MODEL_RESPONDED,
@@ -34,6 +45,7 @@ def after_model(state: RunState, turn: ModelTurn, *, elapsed_s: float) -> tuple[
             },
             "cost": turn.cost,
             "elapsed_s": elapsed_s,
+            **({"sanitized": fixes} if fixes else {}),
         },
     )
     if calls:
@@ -62,7 +74,8 @@ def after_verification(
     elapsed_s: float,
     diff_artifact: str | None = None,
 ) -> tuple[NewEvent, ...]:
-    """Completion only on evidence: every required verifier passed at this revision.
+    """Completion only on evidence: every required verifier passed at this revision, and
+    no file changed outside the paths an approved plan names (``outside_plan``).
 
     ``diff_artifact`` (the workspace's diff, when it is a git work tree) joins the
     verifiers' outputs in the evidence, so a reader sees what was verified.
@@ -101,6 +114,9 @@ def after_verification(
     note = "Verification failed; the run is not complete. Gaps:\n" + "\n".join(
         f"- {g}" for g in gaps
     )
+    outside = state.changes_outside_plan()
+    if outside:  # the approved plan named its paths; these files are not among them
+        data["outside_plan"] = outside
     return (
         NewEvent(type=EventType.VERIFICATION_FAILED, data={**data, "gaps": gaps}),
         note_event(note),
@@ -137,11 +153,123 @@ def finished_event(
     return NewEvent(type=EventType.TOOL_FINISHED, data=data)
 
 
+def call_started(
+    run_id: str, action: RunTool, intent: Mapping[str, str], isolation: dict[str, Any] | None
+) -> NewEvent:
+    """``tool_started``: the call, its idempotency key and intended hashes, before any effect."""
+    return NewEvent(
+        type=EventType.TOOL_STARTED,
+        data={
+            "call_id": action.call_id,
+            "key": f"{run_id}:{action.call_id}",
+            "tool": action.tool,
+            "arguments": action.arguments,
+            "effect": action.effect,
+            "recovery": action.recovery,
+            "intent": dict(intent),
+            "grant": action.grant,
+            **({"sandbox": isolation} if isolation is not None else {}),
+        },
+    )
+
+
+def call_finished(
+    action: RunTool,
+    output: str,
+    changed: Mapping[str, str],
+    elapsed_s: float,
+    data: Mapping[str, Any],
+) -> list[NewEvent]:
+    """``tool_finished``, and the todo list or plan the call's result carries."""
+    events = [
+        NewEvent(
+            type=EventType.TOOL_FINISHED,
+            data={
+                "call_id": action.call_id,
+                "tool": action.tool,
+                "arguments": action.arguments,
+                "output": output,
+                "changed_files": dict(changed),
+                "grant": action.grant,
+                "elapsed_s": elapsed_s,
+            },
+        )
+    ]
+    if "todos" in data:
+        events.append(NewEvent(type=EventType.TODO_UPDATED, data={"todos": data["todos"]}))
+    if "plan" in data:
+        events.append(NewEvent(type=EventType.PLAN_WRITTEN, data={"content": data["plan"]}))
+    return events
+
+
+def call_failed(
+    action: RunTool, kind: str, message: str, changed: Mapping[str, str], elapsed_s: float
+) -> NewEvent:
+    """``tool_failed`` of a call that ran (or was refused before it could)."""
+    return NewEvent(
+        type=EventType.TOOL_FAILED,
+        data={
+            "call_id": action.call_id,
+            "tool": action.tool,
+            "arguments": action.arguments,
+            "error_kind": kind,
+            "message": message,
+            "changed_files": dict(changed),
+            "grant": action.grant,
+            "elapsed_s": elapsed_s,
+        },
+    )
+
+
+def reconciled_event(call_id: str, outcome: str, detail: str) -> NewEvent:
+    """``call_reconciled``: what resume found of a call that started but never finished."""
+    return NewEvent(
+        type=EventType.CALL_RECONCILED,
+        data={"call_id": call_id, "outcome": outcome, "detail": detail},
+    )
+
+
+def replayed_records(tool: str, arguments: Mapping[str, Any]) -> list[NewEvent]:
+    """What a call found done on resume would have recorded beside its tool_finished."""
+    if tool == "plan_write" and isinstance(arguments.get("content"), str):
+        return [NewEvent(type=EventType.PLAN_WRITTEN, data={"content": arguments["content"]})]
+    return []
+
+
 def loose_arguments(raw: Any) -> Any:
-    """Arguments as well as they parse, for the record (malformed text stays text)."""
-    if isinstance(raw, str):
-        try:
-            return json.loads(raw)
-        except ValueError:
-            return raw
-    return raw
+    """Arguments as well as they parse, for the record (malformed text stays text).
+
+    Text stays text too when its parse would not store as standard JSON: numbers
+    that are not finite (``NaN``, ``1e999``) or nesting deeper than ``MAX_DEPTH``.
+    """
+    if not isinstance(raw, str):
+        return raw
+    try:
+        parsed = json.loads(raw, parse_constant=_refuse, parse_float=_finite)
+    except (ValueError, RecursionError):
+        return raw
+    return raw if _deeper_than(parsed, MAX_DEPTH // 2) else parsed
+
+
+def _refuse(constant: str) -> Any:
+    raise ValueError(f"{constant} is not standard JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is not a finite number")
+    return value
+
+
+def _deeper_than(value: Any, depth: int) -> bool:
+    todo = [(value, 0)]
+    while todo:
+        item, level = todo.pop()
+        if level > depth:
+            return True
+        if isinstance(item, dict):
+            todo.extend((child, level + 1) for child in item.values())
+        elif isinstance(item, list):
+            todo.extend((child, level + 1) for child in item)
+    return False

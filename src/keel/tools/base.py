@@ -17,13 +17,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic_core import ErrorDetails
 
 from keel.core.errors import ToolArgumentError, ToolError, UsageError
 from keel.core.guard import PathGuard
+from keel.core.pathnames import spelled_path
+from keel.tools.deadline import DEFAULT_TIME_LIMIT_S
 from keel.tools.workspace import current_hash
 
 if TYPE_CHECKING:
@@ -74,6 +76,7 @@ class ToolContext:
     sandbox: Sandbox | None = None  # None: commands run unconfined (tests of the tools)
     git_writable: bool = False  # an approved call may write below .git (not config, hooks)
     on_spawn: Callable[[int], None] | None = None  # told a command's process group id
+    deadline: float | None = None  # time.monotonic() by which the call must stop (None: never)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -109,6 +112,7 @@ class Tool:
     control: bool = False
     function: ToolFunction | None = None
     intent_function: IntentFunction | None = None
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S  # a call's own limit (the run's may be shorter)
 
     def spec(self) -> ToolSchema:
         return {
@@ -118,7 +122,27 @@ class Tool:
         }
 
     def parse_arguments(self, raw: str | Mapping[str, Any] | BaseModel | None) -> BaseModel:
-        """Validate the model's arguments; ToolArgumentError says exactly what to fix."""
+        """Validate the model's arguments; ToolArgumentError says exactly what to fix.
+
+        Whatever the input (deeply nested JSON, a number too long to convert, a value a
+        validator chokes on), the only exception is ToolArgumentError.
+        """
+        try:
+            return self._parse_arguments(raw)
+        except ToolArgumentError:
+            raise
+        except RecursionError:
+            raise ToolArgumentError(
+                self.name, f"arguments for {self.name} are nested too deeply; send a flat object"
+            ) from None
+        except Exception as exc:
+            raise ToolArgumentError(
+                self.name,
+                f"arguments for {self.name} could not be read: {type(exc).__name__}: "
+                f"{_shorten(str(exc))}",
+            ) from None
+
+    def _parse_arguments(self, raw: str | Mapping[str, Any] | BaseModel | None) -> BaseModel:
         if isinstance(raw, self.args_model):
             return raw
         if isinstance(raw, BaseModel):
@@ -175,12 +199,15 @@ def tool(
     name: str | None = None,
     intent: IntentFunction | None = None,
     control: bool = False,
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S,
 ) -> Callable[[Callable[..., Any]], Tool]:
     """Declare a tool from a plain function (see the module docstring).
 
     ``intent`` takes the same arguments as the tool and returns path -> sha256 after
     the effect; it is required for ``Recovery.VERIFY_THEN_CONTINUE``. With
     ``control=True`` the function is only a signature: the loop performs the tool.
+    ``time_limit_s`` bounds one call (``ToolContext.deadline``; the run's remaining
+    wall time may bound it sooner).
     """
 
     def declare(fn: Callable[..., Any]) -> Tool:
@@ -198,6 +225,7 @@ def tool(
             control=control,
             function=None if control else fn,
             intent_function=intent,
+            time_limit_s=time_limit_s,
         )
 
     return declare
@@ -206,7 +234,8 @@ def tool(
 def arguments_model(
     fn: Callable[..., Any], tool_name: str, arg_docs: Mapping[str, str] | None = None
 ) -> type[BaseModel]:
-    """A pydantic model of ``fn``'s arguments after the context; extras are forbidden."""
+    """A pydantic model of ``fn``'s arguments after the context; extras are forbidden, and
+    so are numbers that are not finite."""
     hints = typing.get_type_hints(fn, include_extras=True)
     params = list(inspect.signature(fn).parameters.values())
     if params and (params[0].name == "ctx" or hints.get(params[0].name) is ToolContext):
@@ -224,7 +253,9 @@ def arguments_model(
             Field(default, description=doc) if doc else default,
         )
     model_name = "".join(part.title() for part in tool_name.split("_")) + "Arguments"
-    return create_model(model_name, __config__=ConfigDict(extra="forbid"), **fields)
+    # Numbers must be finite: NaN and Infinity are not JSON, so no event could record them.
+    config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    return create_model(model_name, __config__=config, **fields)
 
 
 def json_schema_of(model: type[BaseModel]) -> dict[str, Any]:
@@ -251,7 +282,33 @@ def _without_null(schema: dict[str, Any]) -> dict[str, Any]:
     return {**kept[0], **simple}
 
 
+def _valid_path(value: str) -> str:
+    try:
+        spelled_path(value)
+    except ToolError as exc:
+        raise ValueError(str(exc)) from None
+    return value
+
+
+def _valid_pattern(value: str) -> str:
+    try:
+        spelled_path(value, what="pattern", check_lengths=False)
+    except ToolError as exc:
+        raise ValueError(str(exc)) from None
+    return value
+
+
+# A path argument as the model spells it (``keel.core.pathnames``): checked while the
+# arguments are validated, so a path no file can have never reaches the policy.
+PathArgument = Annotated[str, AfterValidator(_valid_path)]
+PatternArgument = Annotated[str, AfterValidator(_valid_pattern)]
+
+
 # --- internals -----------------------------------------------------------------------
+
+
+def _shorten(text: str, most: int = 200) -> str:
+    return text if len(text) <= most else text[: most - 1] + "…"
 
 
 def _fields_of(args: BaseModel) -> dict[str, Any]:
@@ -283,6 +340,8 @@ def _describe_error(err: ErrorDetails, accepted: list[str]) -> str:
         return f"{where}: missing required argument"
     if kind == "extra_forbidden":
         return f"{where}: unexpected argument (accepted: {', '.join(accepted)})"
+    if kind == "value_error" and "error" in err.get("ctx", {}):
+        return f"{where}: {err['ctx']['error']}"  # our validators name the value themselves
     shown = json.dumps(err.get("input"), default=str)
     if len(shown) > 60:
         shown = shown[:57] + "..."
@@ -342,7 +401,10 @@ def _inline(node: Any, defs: dict[str, Any], depth: int) -> Any:
 
 __all__ = [
     "DEFAULT_RECOVERY",
+    "DEFAULT_TIME_LIMIT_S",
     "Effect",
+    "PathArgument",
+    "PatternArgument",
     "Recovery",
     "Tool",
     "ToolContext",

@@ -8,7 +8,9 @@ the call ends — exit, timeout, Ctrl-C or a crash of the caller — every proce
 started is killed, and the output says when some were left running; the child's
 environment is the sandbox's allowlist, so a command cannot echo a key into the
 event log; the output the model sees is at most OUTPUT_MAX_CHARS characters and
-says how many were omitted; memory use is bounded whatever the command prints.
+says how many were omitted; memory use is bounded whatever the command prints; the
+timeout never runs past the call's deadline (``ToolContext.deadline``: the run's
+remaining wall time), and the output says when the deadline shortened it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import functools
 import os
 import shlex
 import shutil
+import stat
 import subprocess
 import time
 from collections import deque
@@ -26,7 +29,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from keel.core.errors import ToolError
+from keel.core.errors import ToolError, ToolTimedOut
 from keel.core.redact import without_secrets
 from keel.sandbox.base import Confinement, Sandbox, SandboxSettings
 from keel.sandbox.choose import open_sandbox
@@ -76,7 +79,18 @@ class BoundedText:
         return f"{head}\n[output truncated: {omitted} characters omitted]\n{kept_tail}"
 
 
-@tool(effect=Effect.EXECUTE, recovery=Recovery.MANUAL)
+def effective_timeout(
+    timeout_seconds: float | None, deadline: float | None, *, now: float
+) -> tuple[float, bool]:
+    """(seconds a command may run, whether the call's deadline shortened it): its own
+    timeout (default DEFAULT_TIMEOUT_S, at most MAX_TIMEOUT_S), never past ``deadline``."""
+    limit = min(timeout_seconds or DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S)
+    if deadline is not None and deadline - now < limit:
+        return max(deadline - now, 0.0), True
+    return limit, False
+
+
+@tool(effect=Effect.EXECUTE, recovery=Recovery.MANUAL, time_limit_s=MAX_TIMEOUT_S)
 def run_command(
     ctx: ToolContext,
     argv: Annotated[
@@ -100,9 +114,15 @@ def run_command(
     """Run a program in the workspace and report its exit code and combined output."""
     if not ctx.workspace.is_dir():
         raise ToolError(f"the workspace {ctx.workspace} does not exist or is not a directory")
+    _check_argv(argv)
     _check_program(argv[0], ctx.workspace)
     sandbox = ctx.sandbox if ctx.sandbox is not None else unconfined_sandbox()
-    limit = min(timeout_seconds or DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S)
+    limit, shortened = effective_timeout(timeout_seconds, ctx.deadline, now=time.monotonic())
+    if limit <= 0:
+        raise ToolTimedOut(
+            "run_command was not started: the call's deadline has passed (the run's "
+            "wall-time budget is spent)"
+        )
     shown = shlex.join(argv)
     confinement = Confinement(
         workspace=ctx.workspace, guard=ctx.guard, git_writable=ctx.git_writable
@@ -144,7 +164,9 @@ def run_command(
         if left_running or collected.output_held:
             count = f" ({left_running})" if left_running else ""
             lines.append(f"[the command exited; processes it left running were killed{count}]")
-    if timeout_seconds and timeout_seconds > MAX_TIMEOUT_S:
+    if shortened:
+        lines.append(f"[timeout shortened to {limit:.1f} s: the run's wall-time budget ends then]")
+    elif timeout_seconds and timeout_seconds > MAX_TIMEOUT_S:
         lines.append(f"[timeout_seconds capped at {MAX_TIMEOUT_S:g}]")
     return ToolResult(
         output="\n".join(lines),
@@ -165,6 +187,20 @@ def unconfined_sandbox() -> Sandbox:
     return open_sandbox(SandboxSettings(mode="off"))
 
 
+def _check_argv(argv: list[str]) -> None:
+    """ToolError for an argument no program can receive: a NUL, or text that is not
+    Unicode (a lone surrogate other than a byte of a non-UTF-8 name)."""
+    for index, arg in enumerate(argv):
+        if "\x00" in arg:
+            raise ToolError(f"argv[{index}] {arg!r} contains a NUL character; arguments cannot")
+        try:
+            os.fsencode(arg)
+        except UnicodeEncodeError as exc:
+            raise ToolError(
+                f"argv[{index}] {arg!r} is not valid text: {exc.reason} at character {exc.start}"
+            ) from None
+
+
 def _check_program(program: str, workspace: Path) -> None:
     """A clear error before starting, for a program that is missing or not executable.
 
@@ -173,15 +209,22 @@ def _check_program(program: str, workspace: Path) -> None:
     """
     if "/" in program:
         path = workspace / program
-        if not path.exists():
+        try:
+            st = path.stat()
+        except (OSError, ValueError) as exc:
+            why = "no such file" if isinstance(exc, FileNotFoundError) else str(exc)
             raise ToolError(
-                f"command not found: {program!r} (argv[0] is run directly, without a shell; "
-                "check the program name or give its path)"
-            )
-        if path.is_dir() or not os.access(path, os.X_OK):
+                f"command not found: {program!r} ({why}; argv[0] is run directly, without a "
+                "shell; check the program name or give its path)"
+            ) from None
+        if stat.S_ISDIR(st.st_mode) or not os.access(path, os.X_OK):
             raise ToolError(f"{program!r} is not executable")
         return
-    if shutil.which(program, path=os.environ.get("PATH", os.defpath)) is None:
+    try:
+        found = shutil.which(program, path=os.environ.get("PATH", os.defpath))
+    except (OSError, ValueError):
+        found = None
+    if found is None:
         raise ToolError(
             f"command not found: {program!r} (argv[0] is run directly, without a shell; "
             "check the program name or give its path)"

@@ -17,6 +17,14 @@ link really led, and anything that would leave the workspace is refused. A
 detour through the workspace's own parent directories (``up -> ..`` then
 ``up/ws/x``) is followed lexically along the workspace's real path; it never
 opens anything outside.
+
+Paths come as the model spells them (``keel.core.pathnames``: ``\\xHH`` for a byte
+of a name that is not UTF-8, or for a control character) unless ``spelled=False``
+says they are already the OS's names (the harness's own, or names a walk found);
+a spelling no file can have (NUL, a lone surrogate, a component over 255 bytes) is
+a ToolError before anything is opened. ``Spot.rel`` and ``Opened.rel`` are OS
+names; show them with ``shown_path``. Reads are bounded by the caller
+(``read_at_most``).
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from pathlib import Path
 from types import TracebackType
 
 from keel.core.errors import ToolError
+from keel.core.pathnames import shown_path, spelled_path
 
 MAX_LINKS = 40  # what Linux allows in one path resolution (ELOOP beyond)
 ATTEMPTS = 3  # resolutions of one path that a concurrent change may spoil before we give up
@@ -79,15 +88,18 @@ class WorkspaceRoot:
 
     # --- resolution ----------------------------------------------------------------
 
-    def relative_parts(self, path: str) -> list[str]:
+    def relative_parts(self, path: str, *, spelled: bool = True) -> list[str]:
         """``path`` (relative, or absolute inside the workspace) as components from the root.
 
-        Refuses an empty path, a NUL and anything lexically outside the workspace.
+        Refuses an empty path, a NUL, a spelling no file can have (``spelled``) and
+        anything lexically outside the workspace.
         """
         if not path or not path.strip():
             raise ToolError("path is empty; give a path relative to the workspace")
         if "\x00" in path:
             raise ToolError(f"path {path!r} contains a NUL character")
+        if spelled:
+            path = spelled_path(path)
         if os.path.isabs(path):
             lexical = os.path.normpath(path)
             prefix = next((p for p in self._prefixes if _is_within(lexical, p)), None)
@@ -100,7 +112,7 @@ class WorkspaceRoot:
             raise ToolError(f"path {path!r} is outside the workspace {self.real}")
         return [p for p in path.split("/") if p]
 
-    def locate(self, path: str) -> Spot:
+    def locate(self, path: str, *, spelled: bool = True) -> Spot:
         """Where ``path`` really is, every symbolic link on it (the last one too) followed.
 
         Raises ToolError for paths leading outside the workspace and for link loops;
@@ -109,10 +121,10 @@ class WorkspaceRoot:
         """
         for _ in range(ATTEMPTS - 1):
             with suppress(_Changed):
-                return self._locate_once(path)
-        return self._locate_once(path)
+                return self._locate_once(path, spelled)
+        return self._locate_once(path, spelled)
 
-    def open(self, path: str) -> Opened | None:
+    def open(self, path: str, *, spelled: bool = True) -> Opened | None:
         """Locate ``path`` and open what it ends in; None when it does not exist.
 
         The final open uses ``O_NOFOLLOW`` and ``O_NONBLOCK`` (a FIFO cannot block);
@@ -120,7 +132,7 @@ class WorkspaceRoot:
         resolved again, so the answer is always where the path leads at some instant.
         """
         for _ in range(ATTEMPTS):
-            with self.locate(path) as spot:
+            with self.locate(path, spelled=spelled) as spot:
                 if not spot.found:
                     return None
                 name = spot.tail[-1] if spot.tail else "."
@@ -133,8 +145,8 @@ class WorkspaceRoot:
                 return Opened(rel=spot.rel, fd=fd, st=os.fstat(fd))
         raise _Changed(f"{path!r} kept changing while it was being opened; try again")
 
-    def _locate_once(self, path: str) -> Spot:
-        todo = self.relative_parts(path)
+    def _locate_once(self, path: str, spelled: bool) -> Spot:
+        todo = self.relative_parts(path, spelled=spelled)
         todo.reverse()  # a stack: the next component is todo[-1]
         stack: list[tuple[int, str]] = []  # (descriptor, name) of each directory below the root
         missing: list[tuple[str, bool]] = []  # (name, a non-directory stands there)
@@ -246,8 +258,8 @@ class WorkspaceRoot:
 
     def _escape(self, path: str) -> ToolError:
         try:  # for the message only
-            shown = os.path.realpath(os.path.join(self.real, path))
-        except OSError:  # a link changed under realpath's own lstat/readlink
+            shown = shown_path(os.path.realpath(os.path.join(self.real, path)))
+        except (OSError, ValueError):  # a link changed under realpath's own lstat/readlink
             shown = "a place outside"
         return ToolError(
             f"path {path!r} leads outside the workspace {self.real} through a symbolic link "
@@ -301,6 +313,11 @@ class Spot:
         """The real workspace-relative posix path; "." for the workspace itself."""
         return "/".join(self.parts + self.tail) or "."
 
+    @property
+    def shown(self) -> str:
+        """``rel`` as the model is shown it (and may spell it back)."""
+        return shown_path(self.rel)
+
     def lstat(self) -> os.stat_result | None:
         """The entry's own status (a link is not followed), or None when it does not exist."""
         if not self.found:
@@ -353,8 +370,14 @@ class Opened:
     def name(self) -> str:
         return self.rel.rsplit("/", 1)[-1]
 
-    def read(self) -> bytes:
-        return read_all(self.fd, self.st.st_size)
+    @property
+    def shown(self) -> str:
+        """``rel`` as the model is shown it (and may spell it back)."""
+        return shown_path(self.rel)
+
+    def read(self, limit: int) -> bytes:
+        """At most ``limit`` bytes from the start (``limit + 1`` tells the caller it is more)."""
+        return read_at_most(self.fd, limit)
 
     def __enter__(self) -> Opened:
         return self
@@ -383,13 +406,17 @@ def open_regular(dir_fd: int, name: str) -> tuple[int, int] | None:
     return fd, st.st_size
 
 
-def read_all(fd: int, size: int) -> bytes:
-    """Every byte of the open file ``fd``; ``size`` (from fstat) sizes the first read."""
+def read_at_most(fd: int, limit: int) -> bytes:
+    """The next bytes of the open file ``fd``, at most ``limit`` of them (fewer at its end).
+
+    Memory stays within ``limit`` whatever the file's size, also when it grows while
+    it is read.
+    """
     chunks: list[bytes] = []
-    want = max(size + 1, 1 << 16)
-    while chunk := os.read(fd, want):
+    left = limit
+    while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
         chunks.append(chunk)
-        want = 1 << 20
+        left -= len(chunk)
     return b"".join(chunks)
 
 
@@ -419,5 +446,5 @@ __all__ = [
     "Spot",
     "WorkspaceRoot",
     "open_regular",
-    "read_all",
+    "read_at_most",
 ]

@@ -14,6 +14,7 @@ from typing import Annotated
 from pydantic import Field
 
 from keel.core.guard import PLAN_FILE
+from keel.core.pathnames import shown_path
 from keel.tools.base import Effect, Recovery, ToolContext, ToolResult, tool
 from keel.tools.files import encode_text
 from keel.tools.workspace import sha256_bytes, write_in_workspace, write_target
@@ -21,7 +22,7 @@ from keel.tools.workspace import sha256_bytes, write_in_workspace, write_target
 
 def _plan_intent(ctx: ToolContext, content: str) -> dict[str, str]:
     rel = write_target(ctx.workspace, PLAN_FILE, ctx.guard)
-    return {rel: sha256_bytes(encode_text(content, "content"))}
+    return {shown_path(rel): sha256_bytes(encode_text(content, "content"))}
 
 
 @tool(effect=Effect.WRITE, recovery=Recovery.VERIFY_THEN_CONTINUE, intent=_plan_intent)
@@ -31,7 +32,7 @@ def plan_write(
 ) -> ToolResult:
     """Record (or replace) the plan for this task; it is kept in plans/PLAN.md."""
     data = encode_text(content, "content")
-    rel = write_in_workspace(ctx.workspace, PLAN_FILE, data, ctx.guard)
+    rel = shown_path(write_in_workspace(ctx.workspace, PLAN_FILE, data, ctx.guard))
     return ToolResult(
         output=f"plan saved ({rel})",
         changed_files={rel: sha256_bytes(data)},

@@ -6,39 +6,62 @@ resolves inside, grep opens only regular files, by descriptor and without
 following a link. What the run's ``PathGuard`` says must not be listed (``.env``
 files, paths a policy rule denies) is left out, never opened, and only counted.
 Every result list is bounded and says when it was cut.
+
+Each call stops at its deadline (``ToolContext.deadline``) with ``ToolTimedOut``
+saying how far it got. Matching costs time linear in the input: glob patterns go
+through ``keel.tools.globbing`` (an automaton over path components, pruning
+directories nothing below can match), grep patterns through RE2
+(``keel.tools.linesearch``). Names are shown as ``keel.core.pathnames`` spells
+them (``\\xHH`` for a byte that is not UTF-8 or a control character), and a name
+copied from the output reaches the same file.
 """
 
 from __future__ import annotations
 
 import os
-import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Annotated
 
 from pydantic import Field
 
 from keel.core.errors import ToolError
-from keel.tools.base import Effect, Recovery, ToolContext, ToolResult, tool
+from keel.core.pathnames import shown_path, spelled_path
+from keel.tools.base import (
+    Effect,
+    PathArgument,
+    PatternArgument,
+    Recovery,
+    ToolContext,
+    ToolResult,
+    tool,
+)
+from keel.tools.deadline import Stopwatch
 from keel.tools.files import BINARY_SNIFF_BYTES, looks_binary
-from keel.tools.fsroot import Opened, WorkspaceRoot, open_regular, read_all
+from keel.tools.fsroot import Opened, WorkspaceRoot, open_regular, read_at_most
+from keel.tools.globbing import MAGIC, GlobPattern, States
+from keel.tools.linesearch import LineRegex, compile_line_regex
 from keel.tools.walk import SKIPPED_DIRS, WalkEntry, walk_tree
 
 LIST_MAX_ENTRIES = 1000
 GLOB_MAX_RESULTS = 500
 GREP_MAX_MATCHES = 200
 GREP_MAX_LINE_CHARS = 300
-GREP_MAX_FILE_BYTES = 5 * 1024 * 1024
-_MAGIC = re.compile(r"[*?\[]")
+GREP_MAX_FILE_BYTES = 5 * 1024 * 1024  # larger files are skipped, and named
+GREP_NAMED_SKIPS = 5  # skipped large files named in the output
 
 
 @tool(effect=Effect.READ, recovery=Recovery.REPLAY_SAFE)
 def list_dir(
     ctx: ToolContext,
     path: Annotated[
-        str, Field(description="Directory relative to the workspace root (default: the root).")
+        PathArgument,
+        Field(description="Directory relative to the workspace root (default: the root)."),
     ] = ".",
 ) -> ToolResult:
     """List a directory's entries: directories end with '/', files show their size."""
+    clock = Stopwatch(ctx.deadline)
+    entries: list[WalkEntry] = []
+    total = hidden = 0
     with WorkspaceRoot(ctx.workspace) as root:
         opened = root.open(path)
         if opened is None:
@@ -46,26 +69,29 @@ def list_dir(
         with opened:
             if not opened.is_dir:
                 raise ToolError(f"{path!r} is a file, not a directory; use read_file to read it")
-            where = opened.rel
-            entries, hidden = [], 0
-            for entry in _walk(root, opened, ctx, max_depth=1, skip=frozenset()):
+            where = opened.shown
+            check = _checker(clock, "list_dir", lambda: f"listed {total} entries of {where}")
+            for entry in _walk(root, opened, ctx, check, max_depth=1, skip=frozenset()):
                 if entry.hidden:
                     hidden += 1
-                else:
+                    continue
+                total += 1
+                if len(entries) < LIST_MAX_ENTRIES:
                     entries.append(entry)
     lines: list[str] = []
-    for entry in entries[:LIST_MAX_ENTRIES]:
+    for entry in entries:
+        name = shown_path(entry.name)
         if entry.kind == "symlink":
             if entry.inside:
-                lines.append(f"{entry.name} -> {entry.target}")
+                lines.append(f"{name} -> {shown_path(entry.target)}")
             else:
-                lines.append(f"{entry.name} (symbolic link leading outside the workspace)")
+                lines.append(f"{name} (symbolic link leading outside the workspace)")
         elif entry.kind == "dir":
-            lines.append(f"{entry.name}/")
+            lines.append(f"{name}/")
         else:
-            lines.append(f"{entry.name}  ({entry.size} bytes)")
-    if len(entries) > LIST_MAX_ENTRIES:
-        lines.append(f"[{len(entries) - LIST_MAX_ENTRIES} more entries not shown]")
+            lines.append(f"{name}  ({entry.size} bytes)")
+    if total > LIST_MAX_ENTRIES:
+        lines.append(f"[{total - LIST_MAX_ENTRIES} more entries not shown]")
     if hidden:
         lines.append(_hidden_note(hidden))
     return ToolResult(output="\n".join([f"{where}:", *lines]) if lines else f"{where} is empty")
@@ -75,7 +101,7 @@ def list_dir(
 def glob(
     ctx: ToolContext,
     pattern: Annotated[
-        str,
+        PatternArgument,
         Field(
             description="Glob relative to the workspace root: '*' and '?' stay within one "
             "directory, '**' spans directories (e.g. 'src/**/*.py').",
@@ -83,51 +109,93 @@ def glob(
     ],
 ) -> ToolResult:
     """Find files and directories whose workspace-relative path matches a glob pattern."""
+    clock = Stopwatch(ctx.deadline)
     with WorkspaceRoot(ctx.workspace) as root:
         segments = _pattern_segments(pattern, root.real)
         literal: list[str] = []
         for segment in segments:
-            if _MAGIC.search(segment):
+            if MAGIC.search(segment):
                 break
             literal.append(segment)
         rest = segments[len(literal) :]
         base = root.open("/".join(literal) or ".")
         if base is None:
-            return ToolResult(output=_glob_output(pattern, [], 0, 0))
+            return ToolResult(output=_glob_output(pattern, [], 0, 0, 0))
         with base:
             if not rest:
                 if not ctx.guard.listable(base.rel):
-                    return ToolResult(output=_glob_output(pattern, [], 0, 1))
-                shown = f"{base.rel}/" if base.is_dir and base.rel != "." else base.rel
-                return ToolResult(output=_glob_output(pattern, [shown], 0, 0))
+                    return ToolResult(output=_glob_output(pattern, [], 0, 0, 1))
+                shown = f"{base.shown}/" if base.is_dir and base.rel != "." else base.shown
+                return ToolResult(output=_glob_output(pattern, [shown], 1, 0, 0))
             if not base.is_dir:
-                return ToolResult(output=_glob_output(pattern, [], 0, 0))
-            matcher = glob_regex("/".join(rest))
+                return ToolResult(output=_glob_output(pattern, [], 0, 0, 0))
+            search = _GlobSearch(glob_matcher("/".join(rest)), base.rel)
+            check = _checker(clock, "glob", search.progress)
             depth = None if "**" in rest else len(rest)
-            found: list[str] = []
-            hidden_links = hidden = 0
-            for entry in _walk(root, base, ctx, max_depth=depth):
-                matches = matcher.fullmatch(_below(entry.rel, base.rel)) is not None
-                if entry.hidden:
-                    hidden += matches or entry.kind == "dir"
-                elif not matches:
-                    continue
-                elif entry.kind == "symlink" and not entry.inside:
-                    hidden_links += 1
-                else:
-                    found.append(f"{entry.rel}/" if entry.kind == "dir" else entry.rel)
-    return ToolResult(output=_glob_output(pattern, sorted(found), hidden_links, hidden))
+            for entry in _walk(root, base, ctx, check, max_depth=depth, descend=search.descend):
+                search.see(entry)
+    return ToolResult(
+        output=_glob_output(
+            pattern, sorted(search.found), search.total, search.hidden_links, search.hidden
+        )
+    )
+
+
+class _GlobSearch:
+    """glob's walk: the pattern's states per directory, what matched, what was hidden."""
+
+    def __init__(self, pattern: GlobPattern, base: str) -> None:
+        self.pattern = pattern
+        self.states: dict[str, States] = {base: pattern.start}
+        self.found: list[str] = []
+        self.total = self.hidden_links = self.hidden = self.walked = 0
+
+    def see(self, entry: WalkEntry) -> None:
+        self.walked += 1
+        parent = entry.rel.rsplit("/", 1)[0] if "/" in entry.rel else "."
+        states = self.pattern.advance(self.states.get(parent, frozenset()), entry.name)
+        if entry.kind == "dir" and self.pattern.alive(states):
+            self.states[entry.rel] = states
+        matches = self.pattern.accepts(states)
+        if entry.hidden:
+            self.hidden += matches or entry.kind == "dir"
+        elif not matches:
+            return
+        elif entry.kind == "symlink" and not entry.inside:
+            self.hidden_links += 1
+        else:
+            self.total += 1
+            if len(self.found) < GLOB_MAX_RESULTS:
+                name = shown_path(entry.rel)
+                self.found.append(f"{name}/" if entry.kind == "dir" else name)
+
+    def descend(self, entry: WalkEntry) -> bool:
+        return entry.rel in self.states
+
+    def progress(self) -> str:
+        return (
+            f"walked {self.walked} entries in {len(self.states)} directories that could "
+            f"still match, found {self.total} matches so far; narrow the pattern (a literal "
+            "directory first, fewer '**')"
+        )
 
 
 @tool(effect=Effect.READ, recovery=Recovery.REPLAY_SAFE)
 def grep(
     ctx: ToolContext,
-    pattern: Annotated[str, Field(description="Python regular expression, matched per line.")],
+    pattern: Annotated[
+        str,
+        Field(
+            description="Regular expression (RE2 syntax: no backreferences or lookaround), "
+            "matched within each line.",
+        ),
+    ],
     path: Annotated[
-        str, Field(description="File or directory to search (default: the whole workspace).")
+        PathArgument,
+        Field(description="File or directory to search (default: the whole workspace)."),
     ] = ".",
     glob: Annotated[
-        str | None,
+        PatternArgument | None,
         Field(
             description="Only search files matching this glob: without '/' it matches the "
             "file name ('*.py'), with '/' the path below `path` ('src/**/*.py').",
@@ -135,35 +203,32 @@ def grep(
     ] = None,
 ) -> ToolResult:
     """Search text files for lines matching a regular expression; binary files are skipped."""
-    try:
-        regex = re.compile(pattern)
-    except re.error as exc:
-        raise ToolError(f"invalid regular expression {pattern!r}: {exc}") from None
-    name_filter = glob_regex(glob) if glob else None
+    clock = Stopwatch(ctx.deadline)
+    search = _Search(compile_line_regex(pattern))
+    name_filter = glob_matcher(glob) if glob else None
     by_path = "/" in (glob or "")
-    search = _Search(regex)
+    check = _checker(clock, "grep", search.progress)
     with WorkspaceRoot(ctx.workspace) as root:
         start = root.open(path)
         if start is None:
             raise ToolError(f"path {path!r} does not exist")
         with start:
             if start.is_file:
-                if name_filter is None or name_filter.fullmatch("." if by_path else start.name):
-                    search.scan(start.rel, start.fd, start.st.st_size)
+                if name_filter is None or name_filter.matches("." if by_path else start.name):
+                    search.scan(start.rel, start.fd, start.st.st_size, check)
             elif not start.is_dir:
                 raise ToolError(f"{path!r} is not a regular file or a directory")
             else:
-                for entry in _walk(root, start, ctx):
+                for entry in _walk(root, start, ctx, check):
                     wanted = entry.kind == "file" and (
                         name_filter is None
-                        or name_filter.fullmatch(
+                        or name_filter.matches(
                             _below(entry.rel, start.rel) if by_path else entry.name
                         )
-                        is not None
                     )
                     if entry.hidden:  # counted, never opened
                         search.hidden += wanted or entry.kind == "dir"
-                    elif wanted and search.entry(entry.dir_fd, entry.name, entry.rel):
+                    elif wanted and search.entry(entry.dir_fd, entry.name, entry.rel, check):
                         break
     return ToolResult(output=search.report(pattern, path))
 
@@ -171,43 +236,55 @@ def grep(
 class _Search:
     """grep's running tally: matching lines, files matched, what was skipped and why."""
 
-    def __init__(self, regex: re.Pattern[str]) -> None:
+    def __init__(self, regex: LineRegex) -> None:
         self.regex = regex
         self.matches: list[str] = []
-        self.files_matched = self.binary = self.large = self.hidden = 0
+        self.files = self.files_matched = self.binary = self.hidden = 0
+        self.large: list[str] = []
         self.more = False
 
-    def entry(self, dir_fd: int, name: str, rel: str) -> bool:
+    def entry(self, dir_fd: int, name: str, rel: str, check: Callable[[], None]) -> bool:
         """Search a walked file, opened by descriptor; True when the match limit was reached."""
         opened = open_regular(dir_fd, name)
         if opened is None:
             return False  # replaced by a link or something else since it was listed
         fd, size = opened
         try:
-            return self.scan(rel, fd, size)
+            return self.scan(rel, fd, size, check)
         finally:
             os.close(fd)
 
-    def scan(self, rel: str, fd: int, size: int) -> bool:
+    def scan(self, rel: str, fd: int, size: int, check: Callable[[], None]) -> bool:
         """Search the open file ``fd``; True when the match limit was reached."""
-        if size > GREP_MAX_FILE_BYTES:
-            self.large += 1
+        self.files += 1
+        shown = shown_path(rel)
+        data = read_at_most(fd, GREP_MAX_FILE_BYTES + 1) if size <= GREP_MAX_FILE_BYTES else b""
+        if size > GREP_MAX_FILE_BYTES or len(data) > GREP_MAX_FILE_BYTES:
+            self.large.append(shown)
             return False
-        data = read_all(fd, size)
         if looks_binary(data[:BINARY_SNIFF_BYTES]):
             self.binary += 1
             return False
-        hit = False
-        for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
-            if self.regex.search(line):
-                if len(self.matches) >= GREP_MAX_MATCHES:
-                    self.more = True
-                    break
-                hit = True
-                cut = "…" if len(line) > GREP_MAX_LINE_CHARS else ""
-                self.matches.append(f"{rel}:{number}: {line[:GREP_MAX_LINE_CHARS]}{cut}")
-        self.files_matched += hit
+        before = len(self.matches)
+
+        def found(number: int, line: bytes) -> bool:
+            if len(self.matches) >= GREP_MAX_MATCHES:
+                self.more = True
+                return True
+            text = line.decode("utf-8", errors="replace")
+            cut = "…" if len(text) > GREP_MAX_LINE_CHARS else ""
+            self.matches.append(f"{shown}:{number}: {text[:GREP_MAX_LINE_CHARS]}{cut}")
+            return False
+
+        self.regex.search(data, found, check)
+        self.files_matched += len(self.matches) > before
         return self.more
+
+    def progress(self) -> str:
+        return (
+            f"searched {self.files} files and found {len(self.matches)} matching lines so "
+            "far; narrow the path or the glob"
+        )
 
     def report(self, pattern: str, path: str) -> str:
         notes = []
@@ -218,7 +295,13 @@ class _Search:
         if self.binary:
             notes.append(f"[{self.binary} binary files skipped]")
         if self.large:
-            notes.append(f"[{self.large} files over {GREP_MAX_FILE_BYTES} bytes skipped]")
+            named = ", ".join(self.large[:GREP_NAMED_SKIPS])
+            others = len(self.large) - GREP_NAMED_SKIPS
+            more = f" and {others} more" if others > 0 else ""
+            notes.append(
+                f"[{len(self.large)} files over {GREP_MAX_FILE_BYTES} bytes not searched: "
+                f"{named}{more}; read_file reads them in pieces]"
+            )
         if self.hidden:
             notes.append(_hidden_note(self.hidden))
         if not self.matches:
@@ -227,37 +310,9 @@ class _Search:
         return "\n".join([*self.matches, summary, *notes])
 
 
-def glob_regex(pattern: str) -> re.Pattern[str]:
-    """A regex for whole posix paths: '*' and '?' never cross '/', '**' spans directories."""
-    segments = pattern.split("/")
-    out = []
-    for i, segment in enumerate(segments):
-        last = i == len(segments) - 1
-        if segment == "**":
-            out.append(".*" if last else "(?:[^/]+/)*")
-        else:
-            out.append(_segment_regex(segment) + ("" if last else "/"))
-    return re.compile("".join(out))
-
-
-def _segment_regex(segment: str) -> str:
-    out, i = [], 0
-    while i < len(segment):
-        char = segment[i]
-        if char == "*":
-            out.append("[^/]*")
-        elif char == "?":
-            out.append("[^/]")
-        elif char == "[" and (end := segment.find("]", i + 2)) > 0:
-            body = segment[i + 1 : end]
-            negate = body.startswith("!")
-            body = re.sub(r"([\\^\]])", r"\\\1", body[1:] if negate else body)
-            out.append(f"[{'^/' if negate else ''}{body}]")
-            i = end
-        else:
-            out.append(re.escape(char))
-        i += 1
-    return "".join(out)
+def glob_matcher(pattern: str) -> GlobPattern:
+    """The matcher of a glob as the model spells it (``keel.core.pathnames``)."""
+    return GlobPattern(spelled_path(pattern, what="pattern", check_lengths=False))
 
 
 def _pattern_segments(pattern: str, root: str) -> list[str]:
@@ -274,13 +329,19 @@ def _pattern_segments(pattern: str, root: str) -> list[str]:
     return segments or ["."]
 
 
+def _checker(clock: Stopwatch, tool: str, covered: Callable[[], str]) -> Callable[[], None]:
+    return lambda: clock.check(tool, covered)
+
+
 def _walk(
     root: WorkspaceRoot,
     directory: Opened,
     ctx: ToolContext,
+    check: Callable[[], None],
     *,
     max_depth: int | None = None,
     skip: frozenset[str] = SKIPPED_DIRS,
+    descend: Callable[[WalkEntry], bool] | None = None,
 ) -> Iterator[WalkEntry]:
     """The walk below the open ``directory``, marking what the run's guard hides."""
     return walk_tree(
@@ -290,6 +351,8 @@ def _walk(
         max_depth=max_depth,
         listable=ctx.guard.listable,
         skip=skip,
+        check=check,
+        descend=descend,
     )
 
 
@@ -301,12 +364,10 @@ def _hidden_note(count: int) -> str:
     return f"[{count} entries hidden by policy]"
 
 
-def _glob_output(pattern: str, found: list[str], hidden_links: int, hidden: int) -> str:
-    lines = found[:GLOB_MAX_RESULTS]
-    if len(found) > GLOB_MAX_RESULTS:
-        lines.append(
-            f"[{len(found) - GLOB_MAX_RESULTS} more matches not shown; narrow the pattern]"
-        )
+def _glob_output(pattern: str, found: list[str], total: int, hidden_links: int, hidden: int) -> str:
+    lines = list(found)
+    if total > len(found):
+        lines.append(f"[{total - len(found)} more matches not shown; narrow the pattern]")
     if hidden_links:
         lines.append(f"[{hidden_links} symbolic links leading outside the workspace not shown]")
     if hidden:

@@ -1,24 +1,48 @@
 """Task-graph tools for agents: the owner is always the run's identity.
 
-The model never names an owner: every claim, completion and failure is made
-as ``ctx.owner`` (``run:<run_id>``), so one agent cannot act for another.
-Store refusals (blocked task, not the owner, unknown id, cycle) become tool
-errors the model can read and act on.
+The model never names an owner: every claim, completion, failure and
+cancellation is made as ``ctx.owner`` (``run:<run_id>``), so one agent cannot act
+for another. Store refusals (blocked task, not the owner, unknown id, cycle) become
+tool errors the model can read and act on.
+
+A claim lasts ``run_claim_lease()`` seconds (``KEEL_TASK_LEASE``, default 600); the
+run's heartbeat renews it while the run executes and the run's end releases it
+(``keel.runtime.task_claims``), so the length only matters while the run is stopped.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import os
 from typing import Annotated, Any
 
 from pydantic import Field
 
-from keel.core.errors import KeelError, ToolError
+from keel.core.errors import ConfigError, KeelError, ToolError
 from keel.core.tasks import Task, TaskStatus, blocked_reason
 from keel.store.base import Store
 from keel.tools.base import Effect, Recovery, Tool, ToolContext, ToolResult, tool
 
-AGENT_LEASE_SECONDS = 3600.0  # a run holds what it claims for an hour unless it finishes
+TASK_LEASE_VARIABLE = "KEEL_TASK_LEASE"
+DEFAULT_RUN_CLAIM_LEASE_S = 600.0  # how long a stopped run keeps what it claimed
+
+
+def run_claim_lease() -> float:
+    """Seconds a run's task claim lasts past its last renewal: ``KEEL_TASK_LEASE``, else
+    600. ConfigError for anything but a positive, finite number."""
+    raw = os.environ.get(TASK_LEASE_VARIABLE, "").strip()
+    if not raw:
+        return DEFAULT_RUN_CLAIM_LEASE_S
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ConfigError(
+            f"{TASK_LEASE_VARIABLE}={raw!r}: give a run's task claims a lease in seconds, e.g. 600"
+        )
+    return seconds
 
 
 def _store(ctx: ToolContext) -> Store:
@@ -35,6 +59,8 @@ def _view(task: Task) -> dict[str, Any]:
         "owner": task.owner,
         "blocked_by": list(task.blocked_by),
     }
+    if task.status is TaskStatus.IN_PROGRESS and task.lease_expires_at is not None:
+        view["lease_expires_at"] = task.lease_expires_at.isoformat(timespec="seconds")
     if task.description:
         view["description"] = task.description
     if task.result:
@@ -111,10 +137,13 @@ def claim_task(
         str | None, Field(description="The task to claim; omit for the oldest ready one.")
     ] = None,
 ) -> ToolResult:
-    """Claim a task for this run; it must be pending with every blocker completed."""
+    """Claim a task for this run; it must be pending with every blocker completed.
+
+    The claim is renewed while this run executes; if the run ends without completing
+    or failing the task, it goes back to pending for someone else."""
     task = _guard(
         lambda: _store(ctx).claim_task(
-            owner=ctx.owner, lease_seconds=AGENT_LEASE_SECONDS, task_id=task_id
+            owner=ctx.owner, lease_seconds=run_claim_lease(), task_id=task_id
         )
     )
     if task is None:
@@ -144,6 +173,18 @@ def fail_task(
     return _result(_view(task))
 
 
+@tool(effect=Effect.STATE, recovery=Recovery.IDEMPOTENT)
+def cancel_task(
+    ctx: ToolContext,
+    task_id: str,
+    reason: Annotated[str, Field(min_length=1, description="Why it will not be done.")],
+) -> ToolResult:
+    """Withdraw a task for good: one this run holds, or one nobody holds (pending or
+    failed). Tasks blocked by it can then never be claimed, and say so."""
+    task = _guard(lambda: _store(ctx).cancel_task(task_id, actor=ctx.owner, reason=reason))
+    return _result(_view(task))
+
+
 TASK_TOOLS: tuple[Tool, ...] = (
     create_task,
     add_dependency,
@@ -152,4 +193,5 @@ TASK_TOOLS: tuple[Tool, ...] = (
     claim_task,
     complete_task,
     fail_task,
+    cancel_task,
 )

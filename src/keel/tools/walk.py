@@ -5,6 +5,10 @@ A walk opens each directory relative to its parent's descriptor with
 the walk runs is skipped, never entered; symbolic links are reported, never
 descended into; version-control internals are skipped; entries the caller's
 ``listable`` refuses are reported as hidden and never descended into or opened.
+A walk calls ``check`` before each directory it reads and each entry it yields
+(the caller's deadline: raising there stops the walk and closes what it opened),
+and enters a directory only when ``descend`` (if given) says something below it
+may be wanted.
 """
 
 from __future__ import annotations
@@ -54,16 +58,19 @@ def walk_tree(
     max_depth: int | None = None,
     listable: Callable[[str], bool] | None = None,
     skip: frozenset[str] = SKIPPED_DIRS,
+    check: Callable[[], None] | None = None,
+    descend: Callable[[WalkEntry], bool] | None = None,
 ) -> Iterator[WalkEntry]:
     """Entries below the directory ``dir_fd`` (workspace path ``rel``), depth first.
 
     Each directory's entries come in name order before its subdirectories are
     entered. ``dir_fd`` stays the caller's; the walk closes what it opens, also
-    when the caller stops early.
+    when the caller stops early or ``check`` raises.
     """
     frames: list[tuple[int, str, int, list[str]]] = []
+    rules = _Rules(max_depth, listable, skip, check or _unchecked, descend)
     try:
-        subdirs = yield from _entries(root, dir_fd, rel, 1, max_depth, listable, skip)
+        subdirs = yield from _entries(root, dir_fd, rel, 1, rules)
         frames.append((-1, rel, 1, subdirs))
         while frames:
             fd, where, depth, pending = frames[-1]
@@ -79,9 +86,7 @@ def walk_tree(
                 continue  # replaced by a link or removed since it was listed
             child_rel = _join(where, name)
             frames.append((child, child_rel, depth + 1, []))
-            subdirs = yield from _entries(
-                root, child, child_rel, depth + 1, max_depth, listable, skip
-            )
+            subdirs = yield from _entries(root, child, child_rel, depth + 1, rules)
             frames[-1] = (child, child_rel, depth + 1, subdirs)
     finally:
         for fd, *_ in frames:
@@ -89,16 +94,25 @@ def walk_tree(
                 os.close(fd)
 
 
+@dataclass(frozen=True, slots=True)
+class _Rules:
+    max_depth: int | None
+    listable: Callable[[str], bool] | None
+    skip: frozenset[str]
+    check: Callable[[], None]
+    descend: Callable[[WalkEntry], bool] | None
+
+
+def _unchecked() -> None:
+    return None
+
+
 def _entries(
-    root: WorkspaceRoot,
-    fd: int,
-    rel: str,
-    depth: int,
-    max_depth: int | None,
-    listable: Callable[[str], bool] | None,
-    skip: frozenset[str],
+    root: WorkspaceRoot, fd: int, rel: str, depth: int, rules: _Rules
 ) -> Generator[WalkEntry, None, list[str]]:
     """Yield one directory's entries; return its subdirectories to enter, last first."""
+    rules.check()
+    listable, max_depth = rules.listable, rules.max_depth
     try:
         with os.scandir(fd) as it:
             found = sorted(it, key=lambda e: e.name)
@@ -107,6 +121,7 @@ def _entries(
     base = root.real
     subdirs: list[str] = []
     for entry in found:
+        rules.check()
         name = entry.name
         entry_rel = _join(rel, name)
         shown = listable is None or listable(entry_rel)
@@ -126,12 +141,17 @@ def _entries(
                 root=base,
             )
         elif entry.is_dir(follow_symlinks=False):
-            if name in skip:
+            if name in rules.skip:
                 continue
-            yield WalkEntry(
+            item = WalkEntry(
                 entry_rel, "dir", depth, hidden=not shown, name=name, dir_fd=fd, root=base
             )
-            if shown and (max_depth is None or depth < max_depth):
+            yield item
+            if (
+                shown
+                and (max_depth is None or depth < max_depth)
+                and (rules.descend is None or rules.descend(item))
+            ):
                 subdirs.append(name)
         else:
             kind = "file" if entry.is_file(follow_symlinks=False) else "other"
@@ -149,7 +169,7 @@ def _entries(
 def link_target(root: WorkspaceRoot, rel: str) -> str | None:
     """The real workspace-relative path the link ``rel`` leads to; None when it leads out."""
     try:
-        with root.locate(rel) as spot:
+        with root.locate(rel, spelled=False) as spot:
             return spot.rel
     except ToolError:
         return None

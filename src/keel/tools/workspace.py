@@ -76,8 +76,14 @@ def current_hash(workspace: Path, path: str) -> str:
             return _sha256_fd(opened.fd) if opened.is_file else ""
 
 
-def read_in_workspace(workspace: Path, path: str) -> tuple[str, bytes]:
-    """(real workspace-relative path, bytes) of the regular file ``path``, else a ToolError."""
+def read_in_workspace(
+    workspace: Path, path: str, *, limit: int, tool: str = "this tool"
+) -> tuple[str, bytes]:
+    """(real workspace-relative path, bytes) of the regular file ``path``, else a ToolError.
+
+    A file over ``limit`` bytes (also one that grows past it while it is read) is
+    refused, naming its size and the limit, having read at most ``limit + 1`` bytes.
+    """
     with WorkspaceRoot(workspace) as root:
         opened = root.open(path)
         if opened is None:
@@ -87,7 +93,16 @@ def read_in_workspace(workspace: Path, path: str) -> tuple[str, bytes]:
                 raise ToolError(f"{path!r} is a directory; use list_dir to see its entries")
             if not opened.is_file:
                 raise ToolError(f"{path!r} is not a regular file")
-            return opened.rel, opened.read()
+            data = opened.read(limit + 1) if opened.st.st_size <= limit else b""
+            if opened.st.st_size > limit or len(data) > limit:
+                size = max(opened.st.st_size, len(data))
+                raise ToolError(
+                    f"{path!r} is {size} bytes; {tool} handles files of at most {limit} bytes "
+                    f"({limit // (1024 * 1024)} MiB). Nothing was read or changed; for a "
+                    "larger file use run_command (sed, a script), or read_file with offset "
+                    "and limit to read it in pieces"
+                )
+            return opened.rel, data
 
 
 def write_target(workspace: Path, path: str, guard: PathGuard) -> str:
@@ -166,7 +181,7 @@ def walk_workspace(
     lead) and never descended into; version-control directories are skipped.
     """
     with WorkspaceRoot(workspace) as root:
-        opened = root.open(relative_posix(workspace, start))
+        opened = root.open(relative_posix(workspace, start), spelled=False)
         if opened is None:
             return
         with opened:
@@ -188,7 +203,8 @@ def _check_file_target(path: str, spot: Spot) -> None:
 
 def _replace(dir_fd: int, name: str, data: bytes) -> bool:
     """Atomically put ``data`` at ``name`` in ``dir_fd``; True when a file was there."""
-    tmp = f".{name[:200]}.keel-{uuid.uuid4().hex[:8]}.tmp"
+    # The temporary name stays within NAME_MAX bytes whatever ``name`` is made of.
+    tmp = f".{os.fsdecode(os.fsencode(name)[:200])}.keel-{uuid.uuid4().hex[:8]}.tmp"
     fd = os.open(tmp, CREATE_FLAGS, 0o666, dir_fd=dir_fd)
     old: os.stat_result | None = None
     try:
