@@ -6,7 +6,13 @@
   (per-step cost at the largest size / at the smallest);
 - load time of runs with 10k and 100k events: ``load_run`` from a cold store
   (snapshot read) and a full rebuild (read every event and fold them);
-- bytes per event on disk (after a checkpoint) and peak memory (max RSS).
+- bytes per event on disk (after a checkpoint) and peak memory (max RSS);
+- the tamper-evident log's cost: per-step append with the hash chain against the
+  same appends with the chain computation switched off (interleaved blocks on one
+  store, medians), the database's gapless/hash trigger against the same store with
+  it dropped, and the chain's share of ``fold_step`` alone; then ``keel verify`` of
+  the 100,000-event run, in process (``Store.verify_log``, cold store) and as the
+  command (a subprocess, start-up included).
 
 Usage: python bench/store.py [--steps 1000,10000,100000] [--dir PATH]
 """
@@ -20,14 +26,20 @@ import platform
 import resource
 import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from keel.core.chain import chain_time, plain, plain_event_hash
 from keel.core.events import EventType, NewEvent
 from keel.core.state import RunOptions, RunState
+from keel.store import step as step_module
 from keel.store.sqlite.store import SQLiteStore
 
 PAD = "lorem ipsum dolor sit amet " * 9  # ~240 characters of payload per event
@@ -132,6 +144,181 @@ def file_bytes(path: Path) -> int:
     return path.stat().st_size
 
 
+@contextmanager
+def chain_switched_off() -> Iterator[None]:
+    """Appends with every event's hash replaced by the previous one (no sha256 computed):
+    the same rows, columns, triggers and head check, only the chain's computation gone."""
+    original = step_module.event_hash, step_module.plain_event_hash
+    step_module.event_hash = step_module.plain_event_hash = lambda prev, *_rest: prev
+    try:
+        yield
+    finally:
+        step_module.event_hash, step_module.plain_event_hash = original
+
+
+def timed_steps(store: SQLiteStore, state: RunState, steps: int) -> tuple[RunState, list[float]]:
+    batches = [step_events(i) for i in range(64)]
+    clock = time.perf_counter
+    timings = []
+    for i in range(steps):
+        t0 = clock()
+        state, _ = store.append_events(state.run_id, batches[i % 64], expected_seq=state.last_seq)
+        timings.append(clock() - t0)
+    return state, timings
+
+
+def chain_cost(folder: Path, blocks: int = 8, steps: int = 1500) -> dict[str, Any]:
+    """Per-step append with and without the chain, in alternating blocks on two stores
+    (one run each: two runs in one file would not both append at the b-tree's end)."""
+    stores = {}
+    for name in ("on", "off"):
+        path = folder / f"chain-{name}.db"
+        path.unlink(missing_ok=True)
+        stores[name] = SQLiteStore(path)
+    chained = stores["on"].create_run(goal="chain on", workspace="/tmp", options=RunOptions())
+    plain = stores["off"].create_run(goal="chain off", workspace="/tmp", options=RunOptions())
+    on: list[float] = []
+    off: list[float] = []
+    try:
+        for block in range(blocks):
+            for chain in (True, False) if block % 2 else (False, True):
+                if chain:
+                    chained, timings = timed_steps(stores["on"], chained, steps)
+                    on += timings
+                else:
+                    with chain_switched_off():
+                        plain, timings = timed_steps(stores["off"], plain, steps)
+                    off += timings
+        assert stores["on"].verify_log(chained.run_id).intact
+    finally:
+        for store in stores.values():
+            store.close()
+    triggers = trigger_cost(folder, blocks=blocks, steps=steps)
+    fold = fold_share()
+    added = statistics.median(on) - statistics.median(off)
+    return {
+        "steps_each": len(on),
+        "append_median_step_us_with_chain": round(statistics.median(on) * 1e6, 1),
+        "append_median_step_us_chain_off": round(statistics.median(off) * 1e6, 1),
+        "append_mean_step_us_with_chain": round(statistics.mean(on) * 1e6, 1),
+        "append_mean_step_us_chain_off": round(statistics.mean(off) * 1e6, 1),
+        "chain_added_us_per_step": round(added * 1e6, 1),
+        **fold,
+        **triggers,
+    }
+
+
+def trigger_cost(folder: Path, blocks: int, steps: int) -> dict[str, Any]:
+    """Median step with the database's gapless and hash triggers, and on a second store
+    with them dropped, in alternating blocks."""
+    stores, states, timings = {}, {}, {}
+    for name in ("with_triggers", "triggers_dropped"):
+        path = folder / f"triggers-{name}.db"
+        path.unlink(missing_ok=True)
+        stores[name] = SQLiteStore(path)
+        states[name] = stores[name].create_run(goal=name, workspace="/tmp", options=RunOptions())
+        timings[name] = []
+    conn = sqlite3.connect(folder / "triggers-triggers_dropped.db")
+    conn.execute("DROP TRIGGER events_gapless")
+    conn.commit()
+    conn.close()
+    try:
+        for block in range(blocks):
+            order = ("with_triggers", "triggers_dropped")
+            for name in order if block % 2 else order[::-1]:
+                states[name], more = timed_steps(stores[name], states[name], steps)
+                timings[name] += more
+    finally:
+        for store in stores.values():
+            store.close()
+    medians = {name: statistics.median(t) * 1e6 for name, t in timings.items()}
+    return {
+        "append_median_step_us_db_triggers": round(medians["with_triggers"], 1),
+        "append_median_step_us_db_triggers_dropped": round(medians["triggers_dropped"], 1),
+        "db_triggers_added_us_per_step": round(
+            medians["with_triggers"] - medians["triggers_dropped"], 1
+        ),
+    }
+
+
+def fold_share(repeats: int = 2000, rounds: int = 9) -> dict[str, float]:
+    """What the chain adds to folding one 3-event step, in µs (best of ``rounds``):
+    the hashing alone (the exact work ``fold_step`` adds: one sha256 per event), and
+    ``fold_step`` whole with the chain and without, measured in alternation."""
+    state = RunState(run_id="run_0123456789ab")
+    created = step_module.first_event(
+        state.run_id, {"status": "running"}, "{}", now=datetime.now(UTC)
+    )
+    state = state.apply(created)
+    events = step_events(3)
+    now = datetime.now(UTC)
+    stamp = chain_time(now)
+    texts = [(e.type.value, step_module.dump_json(e.data)) for e in events]
+    event_id = step_module.new_event_id()
+
+    def hashing() -> None:
+        prev = state.last_hash
+        plain(state.run_id)
+        for seq, (kind, text) in enumerate(texts, start=2):
+            prev = plain_event_hash(prev, state.run_id, seq, event_id, kind, stamp, text)
+
+    def fold() -> None:
+        step_module.fold_step(state, events, now=now)
+
+    def best(action: Callable[[], None]) -> float:
+        t0 = time.perf_counter()
+        for _ in range(repeats):
+            action()
+        return (time.perf_counter() - t0) / repeats * 1e6
+
+    on, off, hashes = [], [], []
+    for _ in range(rounds):
+        on.append(best(fold))
+        with chain_switched_off():
+            off.append(best(fold))
+        hashes.append(best(hashing))
+    return {
+        "chain_hashing_us_per_step": round(min(hashes), 2),
+        "fold_step_us_with_chain": round(min(on), 1),
+        "fold_step_us_chain_off": round(min(off), 1),
+    }
+
+
+def verify_times(path: Path, run_id: str) -> dict[str, Any]:
+    """``keel verify`` of one run: in process on a cold store, and as the command."""
+    in_process = []
+    events = 0
+    for _ in range(3):
+        with SQLiteStore(path) as store:
+            t0 = time.perf_counter()
+            check = store.verify_log(run_id)
+            in_process.append(time.perf_counter() - t0)
+            assert check.intact, check.damage
+            events = check.events
+    keel = str(Path(sys.executable).with_name("keel"))
+    command = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        done = subprocess.run(
+            [keel, "verify", run_id, "--store", f"sqlite:///{path}"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        command.append(time.perf_counter() - t0)
+        assert done.returncode == 0, done.stderr
+    t0 = time.perf_counter()
+    startup = subprocess.run([keel, "--help"], capture_output=True, check=False)
+    startup_s = time.perf_counter() - t0
+    assert startup.returncode == 0
+    return {
+        "events": events,
+        "verify_log_s": round(statistics.median(in_process), 3),
+        "keel_verify_command_s": round(statistics.median(command), 3),
+        "keel_start_up_s": round(startup_s, 3),
+    }
+
+
 def machine() -> dict[str, Any]:
     cpu = platform.processor() or platform.machine()
     try:
@@ -173,12 +360,16 @@ def main() -> None:
         fsync_step = append_run(store, 300)
 
     loads = {}
+    verify: dict[str, Any] = {}
     for events in (10_000, 100_000):
         path = folder / f"load-{events}.db"
         path.unlink(missing_ok=True)
         with SQLiteStore(path) as store:
             run_id = append_run(store, (events - 1) // 3)["run_id"]
         loads[f"{events}_events"] = load_times(path, run_id, repeats=5 if events <= 10_000 else 2)
+        if events == 100_000:
+            verify = verify_times(path, run_id)
+    chain = chain_cost(folder)
 
     small, large = appends[0], appends[-1]
     report = {
@@ -193,17 +384,23 @@ def main() -> None:
         ),
         "append_synchronous_full_300_steps_us": fsync_step["per_step_us"],
         "load": loads,
+        "chain": chain,
+        "verify_100k_events": verify,
         "peak_max_rss_mb": round(max_rss_mb(), 1),
         "targets": {
             "per_step_us_at_most": 100,
             "flatness_ratio_at_most": 1.5,
             "load_10k_events_ms_at_most": 50,
+            "chain_added_us_per_step_at_most": 10,
+            "keel_verify_100k_events_s_at_most": 2,
         },
     }
     report["targets_met"] = {
         "per_step": all(a["per_step_us"] <= 100 for a in appends),
         "flat": report["flatness_ratio"] <= 1.5,
         "load_10k": loads["10000_events"]["load_run_ms"] <= 50,
+        "chain_per_step": chain["chain_added_us_per_step"] <= 10,
+        "verify_100k": verify["keel_verify_command_s"] <= 2,
     }
     print(json.dumps(report, indent=2))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from keel.cli import demo, run, runs, tasks, worker
+from keel.cli import demo, run, runs, tasks, verify, worker
 
 app = typer.Typer(
     name="keel",
@@ -18,6 +18,7 @@ run.register(app)
 runs.register(app)
 tasks.register(app)
 worker.register(app)
+verify.register(app)
 demo.register(app)
 
 

@@ -65,6 +65,23 @@ def discover(package: str, folder: str = "migrations") -> list[Migration]:
     return found
 
 
+_PYTHON_STEP = re.compile(r"^--\s*python:\s*([a-z0-9_]+)\s*$", re.MULTILINE)
+
+
+def script_parts(sql: str) -> list[tuple[str, str | None]]:
+    """A migration's SQL cut at its ``-- python: NAME`` lines, as ``(sql, NAME)`` pairs
+    (the last NAME is None): the executor runs each part's SQL, then the dialect's
+    Python step of that name, all in the migration's one transaction. For data no SQL
+    can compute (e.g. the sha256 chain of existing events on SQLite)."""
+    parts: list[tuple[str, str | None]] = []
+    start = 0
+    for match in _PYTHON_STEP.finditer(sql):
+        parts.append((sql[start : match.start()], match.group(1)))
+        start = match.end()
+    parts.append((sql[start:], None))
+    return parts
+
+
 def migrate(executor: MigrationExecutor, migrations: Sequence[Migration]) -> list[Migration]:
     """Bring the database up to the newest migration; return the ones applied now."""
     newest = max((m.version for m in migrations), default=0)

@@ -2,7 +2,9 @@
 
 ``fold_step`` numbers a step's events, checks its status changes against the
 transition table, normalises each event's data through JSON (so the state a
-writer gets back equals what a reader of the log rebuilds) and folds them.
+writer gets back equals what a reader of the log rebuilds), chains each event's
+hash to the previous one's (``keel.core.chain``) and folds them: the writer hashes
+only its new events, so a step stays O(new events).
 ``refuse_append`` turns a run's head row into the error that explains why an
 append was not written. Ids for runs, events and artifacts are made here too.
 """
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from keel.core.chain import chain_time, event_hash, genesis, plain, plain_event_hash
 from keel.core.errors import ConcurrentUpdate, InvalidTransition, LeaseLost, RunNotFound
 from keel.core.events import Event, EventType, NewEvent
 from keel.core.state import RunState
@@ -64,6 +67,7 @@ class FoldedStep:
     ``base_seq`` is still the run's last sequence (and the writer's lease)."""
 
     base_seq: int  # the run's last sequence the step was folded onto
+    base_hash: str  # that event's chain hash, which the step's first event chains to
     base_status: RunStatus  # the run's status before the step
     state: RunState  # the run after the step
     events: list[Event]  # the step's events as they will be stored
@@ -75,6 +79,7 @@ class FoldedStep:
             raise ValueError(f"step folded onto {more.base_seq}, not {self.state.last_seq}")
         return FoldedStep(
             base_seq=self.base_seq,
+            base_hash=self.base_hash,
             base_status=self.base_status,
             state=more.state,
             events=[*self.events, *more.events],
@@ -83,7 +88,7 @@ class FoldedStep:
 
 
 def fold_step(state: RunState, events: Sequence[NewEvent], *, now: datetime) -> FoldedStep:
-    """Number, check, normalise and fold one step's events onto ``state``.
+    """Number, check, normalise, chain and fold one step's events onto ``state``.
 
     Raises InvalidTransition (nothing to write) if a ``status_changed`` event is
     not allowed by the transition table at that point of the step.
@@ -93,25 +98,54 @@ def fold_step(state: RunState, events: Sequence[NewEvent], *, now: datetime) -> 
     texts: list[str] = []
     base_seq, base_status = state.last_seq, state.status
     seq = state.last_seq
+    run_id = state.run_id
+    prev = base_hash = state.last_hash if seq else genesis(run_id)
+    stamp = chain_time(now)
+    # Ids, types and the time are made here (plain by construction); the run id is checked.
+    link = plain_event_hash if plain(run_id) else event_hash
     for new in events:
         seq += 1
         data = new.data
         if new.type is EventType.STATUS_CHANGED:
             data = checked_status_change(state.status, data)
         text = dump_json(data)
+        event_id = new_event_id()
+        prev = link(prev, run_id, seq, event_id, new.type.value, stamp, text)
         event = Event(
-            run_id=state.run_id,
+            run_id=run_id,
             seq=seq,
-            event_id=new_event_id(),
+            event_id=event_id,
             type=new.type,
             recorded_at=now,
             data=loads(text),  # fold exactly what a reader of the log will see
+            hash=prev,
         )
         state = state.apply(event)
         stored.append(event)
         texts.append(text)
     return FoldedStep(
-        base_seq=base_seq, base_status=base_status, state=state, events=stored, texts=texts
+        base_seq=base_seq,
+        base_hash=base_hash,
+        base_status=base_status,
+        state=state,
+        events=stored,
+        texts=texts,
+    )
+
+
+def first_event(run_id: str, data: dict[str, Any], text: str, *, now: datetime) -> Event:
+    """A new run's ``run_created`` event (seq 1), chained to the run's genesis hash;
+    ``text`` is ``data`` as stored."""
+    event_id = new_event_id()
+    created = EventType.RUN_CREATED
+    return Event(
+        run_id=run_id,
+        seq=1,
+        event_id=event_id,
+        type=created,
+        recorded_at=now,
+        data=data,
+        hash=event_hash(genesis(run_id), run_id, 1, event_id, created.value, chain_time(now), text),
     )
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sqlite3
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -93,6 +94,78 @@ STORE_BACKENDS: dict[str, StoreFactory] = {
     "sqlite": sqlite_store,
     "postgres": postgres_store,
 }
+
+
+@contextmanager
+def reopened(store: Store) -> Iterator[Store]:
+    """A second, cold instance of ``store`` (nothing cached): what another process sees."""
+    from keel.store.url import open_store  # noqa: PLC0415 - url imports every backend
+
+    other = open_store(store.url)
+    try:
+        yield other
+    finally:
+        other.close()
+
+
+class OutOfBand:
+    """Direct SQL on a store's database, past Keel: what someone holding the SQLite file or
+    the server's password can do. Tests of tamper evidence use it; ``?`` marks parameters
+    on both backends. Use as a context manager (the connection is closed on exit)."""
+
+    def __init__(self, store: Store) -> None:
+        self.sqlite = isinstance(store, SQLiteStore)
+        if isinstance(store, SQLiteStore):
+            self._conn: Any = sqlite3.connect(store.path, isolation_level=None)
+        else:
+            import psycopg  # noqa: PLC0415 - optional: only the PostgreSQL tests need it
+
+            self._conn = psycopg.connect(store.url, autocommit=True)
+
+    def __enter__(self) -> OutOfBand:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._conn.close()
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        cursor = self._conn.execute(sql if self.sqlite else sql.replace("?", "%s"), params)
+        return list(cursor.fetchall()) if cursor.description else []
+
+    def drop_event_triggers(self) -> None:
+        """Drop the triggers that keep events append-only (not the one against gaps)."""
+        if self.sqlite:
+            self.execute("DROP TRIGGER events_refuse_update")
+            self.execute("DROP TRIGGER events_refuse_delete")
+        else:
+            self.execute("DROP TRIGGER events_append_only ON events")
+
+    def insert_event(
+        self,
+        run_id: str,
+        seq: int,
+        *,
+        data: str = '{"text":"added out of band"}',
+        hash: str | None = "0" * 64,
+    ) -> None:
+        self.execute(
+            "INSERT INTO events (run_id, seq, event_id, type, recorded_at, data, hash) "
+            "VALUES (?, ?, ?, 'note_added', '2026-01-01T00:00:00.000000+00:00', ?, ?)",
+            (run_id, seq, uuid.uuid4().hex, data, hash),
+        )
+
+    def change_event(self, run_id: str, seq: int, data: str) -> None:
+        self.execute("UPDATE events SET data = ? WHERE run_id = ? AND seq = ?", (data, run_id, seq))
+
+    def delete_event(self, run_id: str, seq: int) -> None:
+        self.execute("DELETE FROM events WHERE run_id = ? AND seq = ?", (run_id, seq))
+
+    def event_row(self, run_id: str, seq: int) -> tuple[Any, ...] | None:
+        rows = self.execute(
+            "SELECT seq, event_id, type, data, hash FROM events WHERE run_id = ? AND seq = ?",
+            (run_id, seq),
+        )
+        return rows[0] if rows else None
 
 
 def make_run(store: Store, **overrides: Any) -> RunState:

@@ -7,14 +7,23 @@ starting together on an empty database apply every step exactly once.
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Callable
+from typing import Any, Final
 
-from keel.store.migrate import Migration, discover, migrate
+import psycopg
+
+from keel.core.errors import StoreError
+from keel.store.migrate import Migration, discover, migrate, script_parts
 from keel.store.postgres.connection import Database
+from keel.store.postgres.log import chain_existing_events
 
 __all__ = ["PostgresMigrations", "discover", "migrate"]
 
 MIGRATION_LOCK: Final = 0x6B65656C  # "keel": serialises migrations across processes
+
+PYTHON_STEPS: dict[str, Callable[[psycopg.Connection[Any]], None]] = {
+    "chain_existing_events": chain_existing_events,
+}
 
 CREATE_TABLE: Final = """
 CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -47,9 +56,19 @@ class PostgresMigrations:
             ).fetchone()
             if seen:  # another process applied it while we waited for the lock
                 return False
-            conn.execute(migration.sql.encode())  # a script: several statements, no params
+            for sql, step in script_parts(migration.sql):
+                if _has_statements(sql):
+                    conn.execute(sql.encode())  # a script: several statements, no params
+                if step is not None:
+                    if step not in PYTHON_STEPS:
+                        raise StoreError(f"migration {migration.name}: no Python step {step!r}")
+                    PYTHON_STEPS[step](conn)
             conn.execute(
                 "INSERT INTO schema_migrations (version, name) VALUES (%s, %s)",
                 (migration.version, migration.name),
             )
         return True
+
+
+def _has_statements(sql: str) -> bool:
+    return any(ln.strip() and not ln.strip().startswith("--") for ln in sql.splitlines())

@@ -7,11 +7,12 @@ The ordering, discovery and the refusal of a newer schema are in
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from keel.core.errors import StoreCorrupt, StoreError
-from keel.store.migrate import Migration, discover, migrate
+from keel.store.migrate import Migration, discover, migrate, script_parts
 from keel.store.sqlite.connection import Database
+from keel.store.sqlite.log import chain_existing_events
 
 __all__ = ["Migration", "SQLiteMigrations", "discover", "migrate", "split_statements"]
 
@@ -33,6 +34,10 @@ def split_statements(script: str) -> Iterator[str]:
 def _only_comments(text: str) -> bool:
     return all(not ln.strip() or ln.strip().startswith("--") for ln in text.splitlines())
 
+
+PYTHON_STEPS: dict[str, Callable[[sqlite3.Connection], None]] = {
+    "chain_existing_events": chain_existing_events,
+}
 
 CREATE_TABLE = """
 CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -75,8 +80,13 @@ class SQLiteMigrations:
             ).fetchone()
             if seen:  # another process applied it while we waited for the lock
                 return False
-            for statement in split_statements(migration.sql):
-                conn.execute(statement)
+            for sql, step in script_parts(migration.sql):
+                for statement in split_statements(sql):
+                    conn.execute(statement)
+                if step is not None:
+                    if step not in PYTHON_STEPS:
+                        raise StoreError(f"migration {migration.name}: no Python step {step!r}")
+                    PYTHON_STEPS[step](conn)
             conn.execute(
                 "INSERT INTO schema_migrations (version, name, applied_at) "
                 "VALUES (?, ?, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
