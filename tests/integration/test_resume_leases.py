@@ -120,7 +120,7 @@ def test_two_concurrent_resumes_execute_the_run_once_and_the_loser_names_the_hol
 
     procs = [
         subprocess.Popen(
-            keel_cmd("resume", run_id, store=store),
+            keel_cmd("resume", run_id, "--no-wait", store=store),
             cwd=root,
             env=env_with(),
             stdin=subprocess.DEVNULL,
@@ -148,7 +148,7 @@ def test_two_concurrent_resumes_execute_the_run_once_and_the_loser_names_the_hol
     assert loser.returncode == 2
     assert holder is not None
     assert f"is being executed by {holder}" in loser_err
-    assert "lease until" in loser_err
+    assert "its lease lapses at" in loser_err
     assert winner.returncode == 0, winner_out + winner_err
     assert (root / "log.txt").read_text().splitlines() == ["ran"]
     events = read_events(store, run_id)
