@@ -16,9 +16,10 @@ from keel.core.errors import (
     NotOwner,
     TaskNotClaimable,
     TaskNotFound,
+    UsageError,
 )
 from keel.core.status import RunStatus
-from keel.core.tasks import Task, TaskEventType, TaskStatus
+from keel.core.tasks import Task, TaskEventType, TaskStatus, blocked_reason
 from keel.store.base import Store
 from keel.testing.stores import append, make_run, move
 from keel.testing.tasks import assert_history_reproduces, four_task_example
@@ -388,6 +389,38 @@ def test_release_gives_the_task_back_and_fences_the_old_token(store: Store) -> N
     assert claimed(store, "bob").attempt == 2
 
 
+def test_release_records_its_reason_in_the_history(store: Store) -> None:
+    store.create_task("a", actor="p")
+    task = claimed(store, "run:run_1")
+    assert task.lease_token is not None
+    store.release_task(
+        task.id, owner="run:run_1", token=task.lease_token, reason="run run_1 ended failed"
+    )
+    last = store.task_events(task.id)[-1]
+    assert (last.type, last.actor, last.data) == (
+        "task_released",
+        "run:run_1",
+        {"reason": "run run_1 ended failed"},
+    )
+    assert_history_reproduces(store, task.id)
+
+
+def test_tasks_held_by_lists_one_owners_claims_oldest_first(store: Store) -> None:
+    first = store.create_task("a", actor="p")
+    other = store.create_task("b", actor="p")
+    second = store.create_task("c", actor="p")
+    done = store.create_task("d", actor="p")
+    claimed(store, "run:r1", task_id=second.id)
+    claimed(store, "run:r1", task_id=first.id)
+    claimed(store, "someone", task_id=other.id)
+    claimed(store, "run:r1", task_id=done.id)
+    store.complete_task(done.id, owner="run:r1")
+    held = store.tasks_held_by("run:r1")
+    assert [t.id for t in held] == [first.id, second.id]
+    assert all(t.status is TaskStatus.IN_PROGRESS and t.lease_token for t in held)
+    assert store.tasks_held_by("nobody") == []
+
+
 def test_link_task_run_records_the_run_under_the_lease(store: Store) -> None:
     store.create_task("a", actor="p")
     task = claimed(store, "alice")
@@ -484,3 +517,102 @@ def test_a_task_whose_run_waits_for_a_person_is_not_claimable_until_answered(
     append(store, waiting, [move(waiting, RunStatus.RUNNING)])
     again = store.claim_task(owner="w2", lease_seconds=30)
     assert again is not None and again.id == task.id and again.run_id == run.run_id
+
+
+# --- cancellation --------------------------------------------------------------------
+
+
+def test_anyone_cancels_a_pending_task_and_the_history_says_who_and_why(store: Store) -> None:
+    task = store.create_task("write docs", actor="lead")
+    cancelled = store.cancel_task(task.id, actor="bob", reason="docs moved to the wiki")
+    assert (cancelled.status, cancelled.result, cancelled.owner) == (
+        TaskStatus.CANCELLED,
+        "docs moved to the wiki",
+        None,
+    )
+    assert not cancelled.ready
+    last = assert_history_reproduces(store, task.id)[-1]
+    assert (last.type, last.actor) == ("task_cancelled", "bob")
+    assert last.data == {"reason": "docs moved to the wiki", "previous_status": "pending"}
+    assert store.get_task(task.id) == cancelled
+    assert store.list_tasks(status=TaskStatus.CANCELLED) == [cancelled]
+
+
+def test_only_the_owner_cancels_a_task_it_holds(store: Store) -> None:
+    store.create_task("a", actor="p")
+    task = claimed(store, "alice")
+    with pytest.raises(NotOwner, match="owned by alice; bob cannot"):
+        store.cancel_task(task.id, actor="bob", reason="not needed")
+    assert store.get_task(task.id) == task  # nothing changed
+    cancelled = store.cancel_task(task.id, actor="alice", reason="not needed")
+    assert (cancelled.status, cancelled.owner, cancelled.lease_token) == (
+        TaskStatus.CANCELLED,
+        "alice",
+        None,
+    )
+    last = assert_history_reproduces(store, task.id)[-1]
+    assert last.data == {
+        "reason": "not needed",
+        "previous_status": "in_progress",
+        "previous_owner": "alice",
+    }
+    with pytest.raises(LeaseLost):  # the holder's lease ended with the task
+        store.complete_task(task.id, owner="alice", token=task.lease_token)
+
+
+def test_anyone_cancels_a_lapsed_claim_or_a_failed_task(store: Store) -> None:
+    store.create_task("a", actor="p")
+    store.create_task("b", actor="p")
+    lapsed = claimed(store, "alice")
+    expire(store, lapsed)
+    assert store.cancel_task(lapsed.id, actor="bob", reason="abandoned").status is (
+        TaskStatus.CANCELLED
+    )
+    assert store.task_events(lapsed.id)[-1].data["previous_owner"] == "alice"
+    failing = claimed(store, "carol")
+    store.fail_task(failing.id, owner="carol", reason="flaky")
+    withdrawn = store.cancel_task(failing.id, actor="bob", reason="will not retry")
+    assert (withdrawn.status, withdrawn.result) == (TaskStatus.CANCELLED, "will not retry")
+    for task_id in (lapsed.id, failing.id):
+        assert_history_reproduces(store, task_id)
+
+
+def test_finished_tasks_and_blank_reasons_are_refused_and_change_nothing(store: Store) -> None:
+    store.create_task("a", actor="p")
+    done = claimed(store, "alice")
+    store.complete_task(done.id, owner="alice")
+    gone = store.create_task("b", actor="p")
+    store.cancel_task(gone.id, actor="lead", reason="dup")
+    for task_id, status in ((done.id, "completed"), (gone.id, "cancelled")):
+        before = store.get_task(task_id)
+        with pytest.raises(InvalidTaskTransition, match=f"is {status}: a completed or cancelled"):
+            store.cancel_task(task_id, actor="lead", reason="again")
+        assert store.get_task(task_id) == before
+    fresh = store.create_task("c", actor="p")
+    with pytest.raises(UsageError, match="needs a reason"):
+        store.cancel_task(fresh.id, actor="lead", reason="  ")
+    assert store.get_task(fresh.id).status is TaskStatus.PENDING
+    with pytest.raises(TaskNotFound):
+        store.cancel_task("task_00000000", actor="lead", reason="x")
+    with pytest.raises(TaskNotClaimable, match="it is cancelled"):
+        store.claim_task(owner="bob", lease_seconds=LONG, task_id=gone.id)
+
+
+def test_dependents_of_a_cancelled_task_say_so_and_are_never_claimable(store: Store) -> None:
+    ex = four_task_example(store)
+    store.cancel_task(ex.database.id, actor="lead", reason="using a hosted database")
+    listed = {t.id: t for t in store.list_tasks()}
+    for dependent in (ex.api.id, ex.docs.id):
+        task = listed[dependent]
+        assert task.held_by_cancelled == (ex.database.id,) and task.held_by_failed == ()
+        assert task.blocked_for_good and not task.ready
+        reason = blocked_reason(task)
+        assert reason is not None
+        assert f"blocked by {ex.database.id} (cancelled)" in reason
+        assert "can never be claimed" in reason
+        assert store.get_task(dependent).blocked_for_good
+        with pytest.raises(TaskNotClaimable, match=f"{ex.database.id} \\(cancelled\\).*never"):
+            store.claim_task(owner="bob", lease_seconds=LONG, task_id=dependent)
+    assert not listed[ex.tests.id].blocked_for_good  # waits on the API, not cancelled itself
+    assert store.list_tasks(ready=True) == []
+    assert store.claim_task(owner="bob", lease_seconds=LONG) is None

@@ -2,10 +2,10 @@
 
 Rules: create (with blockers), depend, claim (a named task or the next one),
 heartbeat, complete, fail (each with the current token, a stale token, no token,
-or as someone else), reopen, release and expire. Expiry is real time: the holder
-heartbeats its lease down to a few milliseconds and the rule waits it out, so no
-clock is patched. After every step the store must agree with the model on every
-task, and every task's history must replay to its row.
+or as someone else), reopen, release, cancel (by the holder or anyone) and expire.
+Expiry is real time: the holder heartbeats its lease down to a few milliseconds and
+the rule waits it out, so no clock is patched. After every step the store must agree
+with the model on every task, and every task's history must replay to its row.
 """
 
 from __future__ import annotations
@@ -234,6 +234,18 @@ class TaskGraphMachine(RuleBasedStateMachine):
         if error is None:
             m.status, m.owner = TaskStatus.PENDING, None
 
+    @rule(data=st.data(), actor=OWNERS)
+    def cancel(self, data: st.DataObject, actor: str) -> None:
+        m = self.pick_held(data)
+        error: type[KeelError] | None = None
+        if m.status in (TaskStatus.COMPLETED, TaskStatus.CANCELLED):
+            error = InvalidTaskTransition
+        elif m.status is TaskStatus.IN_PROGRESS and not m.expired and m.owner != actor:
+            error = NotOwner
+        self.expect(error, lambda: self.store.cancel_task(m.id, actor=actor, reason="withdrawn"))
+        if error is None:
+            m.status, m.token = TaskStatus.CANCELLED, None
+
     @precondition(
         lambda self: any(
             m.status is TaskStatus.IN_PROGRESS and not m.expired for m in self.tasks.values()
@@ -280,6 +292,9 @@ class TaskGraphMachine(RuleBasedStateMachine):
             assert t.waiting_on == tuple(b for b in m.blockers if not self.done(b))
             failed = tuple(b for b in m.blockers if self.tasks[b].status is TaskStatus.FAILED)
             assert t.held_by_failed == failed
+            gone = tuple(b for b in m.blockers if self.tasks[b].status is TaskStatus.CANCELLED)
+            assert t.held_by_cancelled == gone
+            assert t.blocked_for_good == (m.status is TaskStatus.PENDING and bool(gone))
             assert_history_reproduces(self.store, task_id)
 
 

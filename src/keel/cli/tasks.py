@@ -4,7 +4,8 @@
 command, so a person can ``claim`` in one command and ``complete`` in the next
 (token-less writes are accepted from the owner while its lease is live). Errors —
 unknown id, cycle, not owner, blocked — print one line and exit 2; ``claim`` with
-nothing ready exits 1.
+nothing ready exits 1. ``cancel`` withdraws a task for good: anyone may cancel a
+pending or failed task (or one whose lease lapsed), only the owner one it holds.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ DEFAULT_LEASE_S = 3600.0
 
 tasks_app = typer.Typer(
     name="tasks",
-    help="The shared task graph: create, block, claim, complete, fail, draw.",
+    help="The shared task graph: create, block, claim, complete, fail, cancel, draw.",
     no_args_is_help=True,
 )
 
@@ -70,9 +71,16 @@ def _task_table(tasks: list[Task]) -> Table:
 
 def _reason_with_hint(task: Task) -> str:
     reason = blocked_reason(task) or ""
-    if task.held_by_failed:
+    if task.held_by_failed and not task.held_by_cancelled:
         reason += " — `keel tasks reopen ID` puts a failed task back to pending"
     return reason
+
+
+def _result_label(task: Task) -> str:
+    """A failed or cancelled task's ``result`` is why; a completed one's is what came of it."""
+    if task.status in (TaskStatus.FAILED, TaskStatus.CANCELLED):
+        return f"{task.status.value} because"
+    return "result"
 
 
 def _print_task(task: Task, events: list[TaskEvent] | None = None) -> None:
@@ -85,7 +93,7 @@ def _print_task(task: Task, events: list[TaskEvent] | None = None) -> None:
         ("lease until", _when(task) if task.status is TaskStatus.IN_PROGRESS else ""),
         ("blocked by", ", ".join(task.blocked_by)),
         ("waiting on", _reason_with_hint(task)),
-        ("result", task.result or ""),
+        (_result_label(task), task.result or ""),
         ("run", task.run_id or ""),
         ("idempotency key", task.idempotency_key or ""),
     ]
@@ -244,6 +252,27 @@ def fail_(
         print_json(task.to_dict())
     else:
         console.print(f"{task.id} failed: {reason}", highlight=False)
+
+
+@tasks_app.command("cancel")
+@keel_errors
+def cancel(
+    task_id: str = typer.Argument(..., metavar="ID"),
+    reason: str = typer.Option(..., "--reason", help="Why it will not be done."),
+    owner: str | None = OwnerOption,
+    json_out: bool = JsonOption,
+    store: str | None = StoreOption,
+) -> None:
+    """Withdraw a task for good; tasks blocked by it say they can never be claimed."""
+    with opened(store) as s:
+        task = s.cancel_task(task_id, actor=owner or default_owner(), reason=reason)
+        stranded = [t for t in s.list_tasks(status=TaskStatus.PENDING) if task.id in t.blocked_by]
+    if json_out:
+        print_json({"task": task.to_dict(), "blocked_for_good": [t.id for t in stranded]})
+        return
+    console.print(f"{task.id} cancelled: {reason}", highlight=False)
+    for t in stranded:
+        console.print(f"  {t.id} can never be claimed now: {t.subject}", highlight=False)
 
 
 @tasks_app.command("reopen")

@@ -8,8 +8,13 @@ identical row from the history alone.
 Dependencies point from a task to the tasks that block it (``blocked_by``).
 ``validate_dependencies`` refuses self-, unknown and cyclic ones before
 anything is written; a task is ready when it is pending and every blocker is
-completed. A failed (or cancelled) blocker holds its dependents until it is
-reopened with ``reopen_task`` (failed -> pending, a new attempt) and completed.
+completed. A failed blocker holds its dependents until it is reopened with
+``reopen_task`` (failed -> pending, a new attempt) and completed; a cancelled one
+never completes, so its dependents can never be claimed (``blocked_reason`` says so).
+
+Cancelling (``check_cancel``): anyone may cancel a pending or failed task (nobody
+holds it) or an in-progress one whose lease has lapsed; while the lease is live only
+its owner may. Completed and cancelled tasks are final.
 
 Leases: a holder's writes count only while its lease is unexpired. Once the
 lease has expired the task is claimable by anyone (the claim records a
@@ -27,7 +32,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from keel.core.errors import DependencyError
+from keel.core.errors import DependencyError, InvalidTaskTransition, NotOwner, UsageError
 
 
 class TaskStatus(StrEnum):
@@ -49,8 +54,9 @@ class TaskEventType(StrEnum):
     RUN_LINKED = "run_linked"  # run_id
     COMPLETED = "task_completed"  # result
     FAILED = "task_failed"  # reason
-    RELEASED = "task_released"  # the owner gave the task back to pending
+    RELEASED = "task_released"  # reason?: the owner (or its ended run) gave it back
     REOPENED = "task_reopened"  # a failed task is pending again
+    CANCELLED = "task_cancelled"  # reason, previous_status, previous_owner?
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,16 +79,22 @@ class Task:
     version: int = 0  # number of events in the task's history
     # Derived on read from the blockers' statuses; not part of the stored row.
     waiting_on: tuple[str, ...] = ()  # blockers not yet completed
-    held_by_failed: tuple[str, ...] = ()  # of those, the failed or cancelled ones
+    held_by_failed: tuple[str, ...] = ()  # of those, the failed ones (until reopened)
+    held_by_cancelled: tuple[str, ...] = ()  # of those, the cancelled ones (for good)
 
     @property
     def ready(self) -> bool:
         """Pending with every blocker completed: the next claim may take it."""
         return self.status is TaskStatus.PENDING and not self.waiting_on
 
+    @property
+    def blocked_for_good(self) -> bool:
+        """Pending behind a cancelled blocker: no claim will ever take it."""
+        return self.status is TaskStatus.PENDING and bool(self.held_by_cancelled)
+
     def row(self) -> Task:
         """The stored row alone (derived fields cleared), as ``replay_task`` rebuilds it."""
-        return replace(self, waiting_on=(), held_by_failed=())
+        return replace(self, waiting_on=(), held_by_failed=(), held_by_cancelled=())
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -94,7 +106,9 @@ class Task:
             "blocked_by": list(self.blocked_by),
             "waiting_on": list(self.waiting_on),
             "held_by_failed": list(self.held_by_failed),
+            "held_by_cancelled": list(self.held_by_cancelled),
             "ready": self.ready,
+            "blocked_for_good": self.blocked_for_good,
             "lease_token": self.lease_token,
             "lease_expires_at": _iso(self.lease_expires_at),
             "attempt": self.attempt,
@@ -207,8 +221,13 @@ def waiting_on(blockers: Mapping[str, TaskStatus]) -> tuple[str, ...]:
 
 
 def held_by_failed(blockers: Mapping[str, TaskStatus]) -> tuple[str, ...]:
-    """The blockers that failed or were cancelled: they hold dependents until reopened."""
-    return tuple(b for b, s in blockers.items() if s in (TaskStatus.FAILED, TaskStatus.CANCELLED))
+    """The blockers that failed: they hold dependents until reopened and completed."""
+    return tuple(b for b, s in blockers.items() if s is TaskStatus.FAILED)
+
+
+def held_by_cancelled(blockers: Mapping[str, TaskStatus]) -> tuple[str, ...]:
+    """The blockers that were cancelled: they hold dependents for good."""
+    return tuple(b for b, s in blockers.items() if s is TaskStatus.CANCELLED)
 
 
 def is_ready(status: TaskStatus, blockers: Mapping[str, TaskStatus]) -> bool:
@@ -218,20 +237,84 @@ def is_ready(status: TaskStatus, blockers: Mapping[str, TaskStatus]) -> bool:
 
 def with_blockers(task: Task, blockers: Mapping[str, TaskStatus]) -> Task:
     """``task`` with its derived fields filled from its blockers' statuses."""
-    waiting, failed = waiting_on(blockers), held_by_failed(blockers)
-    if waiting == task.waiting_on and failed == task.held_by_failed:
+    waiting = waiting_on(blockers)
+    failed, cancelled = held_by_failed(blockers), held_by_cancelled(blockers)
+    if (waiting, failed, cancelled) == (
+        task.waiting_on,
+        task.held_by_failed,
+        task.held_by_cancelled,
+    ):
         return task  # the common case (nothing holds it): no copy
-    return replace(task, waiting_on=waiting, held_by_failed=failed)
+    return replace(task, waiting_on=waiting, held_by_failed=failed, held_by_cancelled=cancelled)
 
 
 def blocked_reason(task: Task) -> str | None:
-    """Why a pending task is not ready, naming the blockers; None when nothing holds it."""
+    """Why a pending task is not ready, naming the blockers; None when nothing holds it.
+
+    A cancelled blocker is named first: it never completes, so the task can never be
+    claimed, and the reason says so rather than letting anyone wait for it.
+    """
     if task.status is not TaskStatus.PENDING or not task.waiting_on:
         return None
+    if task.held_by_cancelled:
+        return cancelled_blockers_reason(task.id, task.held_by_cancelled)
     if task.held_by_failed:
         failed = ", ".join(task.held_by_failed)
         return f"held by failed blocker {failed}"
     return f"waiting on {', '.join(task.waiting_on)}"
+
+
+def cancelled_blockers_reason(task_id: str, cancelled: Sequence[str]) -> str:
+    """The words for a task held by cancelled blockers (shown by list, show, graph, claim)."""
+    named = ", ".join(f"{b} (cancelled)" for b in cancelled)
+    return (
+        f"blocked by {named}: a cancelled task never completes, so {task_id} can never be "
+        f"claimed; cancel it too (`keel tasks cancel {task_id} --reason TEXT`)"
+    )
+
+
+def claim_refusal_for_blockers(task_id: str, blockers: Mapping[str, TaskStatus]) -> str | None:
+    """Why open blockers keep ``task_id`` from being claimed (None: none are open)."""
+    cancelled = held_by_cancelled(blockers)
+    if cancelled:
+        return cancelled_blockers_reason(task_id, cancelled)
+    still = {b: s for b, s in blockers.items() if s is not TaskStatus.COMPLETED}
+    if not still:
+        return None
+    return "blocked by " + ", ".join(f"{b} ({s.value})" for b, s in still.items())
+
+
+# --- cancelling ------------------------------------------------------------------------
+
+
+def check_cancel(task: Task, *, actor: str, reason: str, lease_live: bool) -> None:
+    """Raise why ``actor`` may not cancel ``task`` now; return when it may.
+
+    Anyone may cancel a pending or failed task, and an in-progress one whose lease has
+    lapsed (it is up for grabs anyway); while the lease is live only its owner may.
+    Completed and cancelled tasks are final. A blank reason is refused.
+    """
+    check_cancel_reason(reason)
+    if task.status in (TaskStatus.COMPLETED, TaskStatus.CANCELLED):
+        raise InvalidTaskTransition(
+            task.id, task.status.value, "a completed or cancelled task cannot be cancelled"
+        )
+    if task.status is TaskStatus.IN_PROGRESS and lease_live and task.owner != actor:
+        raise NotOwner(task.id, task.owner, actor)
+
+
+def check_cancel_reason(reason: str) -> None:
+    """A cancellation says why: a blank reason is refused before anything is read."""
+    if not reason.strip():
+        raise UsageError("cancelling a task needs a reason: --reason TEXT")
+
+
+def cancel_data(task: Task, reason: str) -> dict[str, Any]:
+    """The ``task_cancelled`` event's data for cancelling ``task`` as it is now."""
+    data: dict[str, Any] = {"reason": reason, "previous_status": task.status.value}
+    if task.status is TaskStatus.IN_PROGRESS:
+        data["previous_owner"] = task.owner
+    return data
 
 
 # --- the fold --------------------------------------------------------------------------
@@ -290,6 +373,8 @@ def apply_task_event(task: Task | None, event: TaskEvent) -> Task:
             return _finished(task, TaskStatus.FAILED, d.get("reason"), at, seq)
         case TaskEventType.REOPENED:
             return _unleased(task, TaskStatus.PENDING, None, at, seq)
+        case TaskEventType.CANCELLED:
+            return _finished(task, TaskStatus.CANCELLED, d.get("reason"), at, seq)
         case TaskEventType.CREATED:
             raise ValueError(f"task {task.id} was created twice in its history")
 
@@ -309,7 +394,7 @@ def _unleased(task: Task, status: TaskStatus, result: str | None, at: datetime, 
 
 
 def _finished(task: Task, status: TaskStatus, result: str | None, at: datetime, seq: int) -> Task:
-    """Completed or failed: the owner stays on record, the lease ends."""
+    """Completed, failed or cancelled: the owner stays on record, the lease ends."""
     return replace(
         task,
         status=status,

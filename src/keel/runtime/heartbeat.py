@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 
@@ -14,6 +15,8 @@ class Heartbeat:
 
     If a renewal fails (the lease was taken over, or the store refused), ``on_lost``
     is called once with the reason and the thread ends; the work must then stop.
+    After each successful renewal ``on_beat`` runs (a run renews the task claims it
+    holds there); its errors are its own: they never stop the heartbeat.
     """
 
     def __init__(
@@ -23,11 +26,13 @@ class Heartbeat:
         ttl: float,
         renew: Callable[[Lease, float], Lease],
         on_lost: Callable[[str], None],
+        on_beat: Callable[[], object] | None = None,
     ) -> None:
         self.lease = lease
         self._ttl = ttl
         self._renew = renew
         self._on_lost = on_lost
+        self._on_beat = on_beat
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{lease.subject}")
         self._thread.daemon = True
@@ -52,3 +57,6 @@ class Heartbeat:
             except KeelError as exc:
                 self._on_lost(str(exc))
                 return
+            if self._on_beat is not None:
+                with contextlib.suppress(KeelError):
+                    self._on_beat()

@@ -36,7 +36,7 @@ def lease_intervals(events: list[TaskEvent]) -> list[tuple[str, float, float]]:
     """``(owner, start, end)`` of each claim in a history, in epoch seconds.
 
     A lease ends at its last granted expiry, or earlier when the task was completed,
-    failed or released by its holder.
+    failed, released or cancelled.
     """
     out: list[tuple[str, float, float]] = []
     current: tuple[str, float, float] | None = None
@@ -57,7 +57,12 @@ def lease_intervals(events: list[TaskEvent]) -> list[tuple[str, float, float]]:
     return out
 
 
-_LEASE_ENDS = (TaskEventType.COMPLETED, TaskEventType.FAILED, TaskEventType.RELEASED)
+_LEASE_ENDS = (
+    TaskEventType.COMPLETED,
+    TaskEventType.FAILED,
+    TaskEventType.RELEASED,
+    TaskEventType.CANCELLED,
+)
 
 
 def _epoch(text: str) -> float:

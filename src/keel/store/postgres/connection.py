@@ -7,6 +7,12 @@ round trip is one transaction. Blocks that need several statements use
 back as UTC datetimes. A deadlock or serialization failure of a single statement
 is retried (nothing was written); any other server error becomes a ``StoreError``
 naming the server without its password.
+
+Opening fails fast and says why: one direct connection is tried first, with libpq's
+``connect_timeout`` (5 s unless the URL sets one), and its failure — refused port,
+unknown host, missing database, refused user — becomes one line
+(``keel.store.postgres.connect_errors``) instead of the pool retrying in the
+background until its timeout.
 """
 
 from __future__ import annotations
@@ -15,13 +21,14 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Final, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from keel.core.errors import ConfigError, KeelError, StoreError
+from keel.store.postgres.connect_errors import connect_failure, connect_kwargs
 
 T = TypeVar("T")
 RETRIES: Final = 5
@@ -58,21 +65,36 @@ def session_settings(url: str) -> tuple[str, str]:
             + ", ".join(SYNCHRONOUS_COMMIT)
         )
     options = f"-c TimeZone=UTC -c synchronous_commit={mode}"
-    return urlunsplit(parts._replace(query=urlencode(kept))), options
+    if len(kept) == len(pairs):
+        return url, options  # nothing of Keel's to take out: libpq reads it as written
+    # Built by hand: urlunsplit drops the "//" of an empty host (postgresql:///db?host=…).
+    query = f"?{urlencode(kept)}" if kept else ""
+    fragment = f"#{parts.fragment}" if parts.fragment else ""
+    return f"{parts.scheme}://{parts.netloc}{parts.path}{query}{fragment}", options
 
 
 def connect(url: str, *, application_name: str = APPLICATION_NAME) -> psycopg.Connection[Any]:
-    """One autocommit UTC session outside the pool (the listener, migrations, tests)."""
+    """One autocommit UTC session outside the pool (the listener, migrations, tests).
+
+    A failure raises the one-line ``ConfigError``/``StoreError`` saying what failed."""
     conninfo, options = session_settings(url)
+    return _connect_once(
+        conninfo,
+        redacted(url),
+        {
+            "autocommit": True,
+            "options": options,
+            "application_name": application_name,
+            **connect_kwargs(conninfo),
+        },
+    )
+
+
+def _connect_once(conninfo: str, location: str, kwargs: dict[str, Any]) -> psycopg.Connection[Any]:
     try:
-        return psycopg.connect(
-            conninfo,
-            autocommit=True,
-            options=options,
-            application_name=application_name,
-        )
+        return psycopg.connect(conninfo, **kwargs)
     except psycopg.Error as exc:
-        raise StoreError(f"cannot connect to PostgreSQL at {redacted(url)}: {exc}") from exc
+        raise connect_failure(conninfo, location, exc) from exc
 
 
 class Database:
@@ -83,22 +105,28 @@ class Database:
         self.location = redacted(url)
         self._closed = False
         conninfo, options = session_settings(url)
+        kwargs: dict[str, Any] = {
+            "autocommit": True,
+            "options": options,
+            "application_name": APPLICATION_NAME,
+            **connect_kwargs(conninfo),
+        }
+        # Fail fast with the reason: the pool would only retry in the background and
+        # report "pool initialization incomplete" after its whole timeout.
+        _connect_once(conninfo, self.location, kwargs).close()
+        self.pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+            conninfo,
+            min_size=1,
+            max_size=max_size,
+            timeout=timeout,
+            kwargs=kwargs,
+            name="keel",
+            open=False,
+        )
         try:
-            self.pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
-                conninfo,
-                min_size=1,
-                max_size=max_size,
-                timeout=timeout,
-                kwargs={
-                    "autocommit": True,
-                    "options": options,
-                    "application_name": APPLICATION_NAME,
-                },
-                name="keel",
-                open=True,
-            )
-            self.pool.wait(timeout=timeout)
+            self.pool.open(wait=True, timeout=timeout)
         except (psycopg.Error, PoolTimeout) as exc:
+            self.pool.close()
             raise StoreError(f"cannot connect to PostgreSQL at {self.location}: {exc}") from exc
 
     def translate(self, exc: psycopg.Error) -> StoreError:

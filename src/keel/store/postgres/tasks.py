@@ -39,6 +39,9 @@ from keel.core.tasks import (
     Task,
     TaskEvent,
     TaskStatus,
+    check_cancel,
+    check_cancel_reason,
+    claim_refusal_for_blockers,
     new_task_id,
     validate_dependencies,
     with_blockers,
@@ -83,12 +86,6 @@ def _task(row: Sequence[Any], statuses: Sequence[str] | None = None) -> Task:
     if statuses is None:
         statuses = [TaskStatus.COMPLETED.value] * len(blocked_by)
     return with_blockers(task, dict(zip(blocked_by, map(TaskStatus, statuses), strict=True)))
-
-
-def _describe_blockers(blockers: Mapping[str, TaskStatus]) -> str:
-    return ", ".join(
-        f"{b} ({s.value})" for b, s in blockers.items() if s is not TaskStatus.COMPLETED
-    )
 
 
 class PostgresTasks:
@@ -340,8 +337,9 @@ class PostgresTasks:
             raise TaskNotClaimable(task.id, "it failed; reopen it first (`keel tasks reopen`)")
         if task.status is not TaskStatus.PENDING:
             raise TaskNotClaimable(task.id, f"it is {task.status.value}")
-        if any(s is not TaskStatus.COMPLETED for s in blockers.values()):
-            raise TaskNotClaimable(task.id, f"blocked by {_describe_blockers(blockers)}")
+        refusal = claim_refusal_for_blockers(task.id, blockers)
+        if refusal is not None:
+            raise TaskNotClaimable(task.id, refusal)
         if run_status == _WAITING_RUN:
             raise TaskNotClaimable(
                 task.id,
@@ -375,10 +373,32 @@ class PostgresTasks:
         params = {"id": task_id, "owner": owner, "token": token, "reason": reason}
         return self._holder_write("fail_task", params, "failed")
 
-    def release_task(self, task_id: str, *, owner: str, token: str) -> Task:
-        """Give a claimed task back to pending (same attempt count) for someone else."""
-        params = {"id": task_id, "owner": owner, "token": token}
+    def release_task(
+        self, task_id: str, *, owner: str, token: str, reason: str | None = None
+    ) -> Task:
+        """Give a claimed task back to pending (same attempt count) for someone else;
+        ``reason`` goes into its history."""
+        params = {"id": task_id, "owner": owner, "token": token, "reason": reason or None}
         return self._holder_write("release_task", params, "released")
+
+    def cancel_task(self, task_id: str, *, actor: str, reason: str) -> Task:
+        """Withdraw a task for good in one statement that checks ``check_cancel``'s rule;
+        when it refuses, the task is read and ``check_cancel`` says why."""
+        check_cancel_reason(reason)
+        params = {"id": task_id, "actor": actor, "reason": reason}
+        for _ in range(_RACE_RETRIES):
+            row = self._write("cancel_task", params)
+            if row is not None:
+                return _task(row, row[16])
+            task, _, _, lease_live = self._read(task_id)
+            check_cancel(task, actor=actor, reason=reason, lease_live=lease_live)
+        raise StoreError(f"task {task_id}: the cancellation kept racing with other writers; retry")
+
+    def tasks_held_by(self, owner: str) -> list[Task]:
+        """The in-progress tasks ``owner`` claimed, oldest first (lapsed leases too)."""
+        with self._db.connection() as conn:
+            rows = conn.execute(Q["tasks_held_by"], {"owner": owner}).fetchall()
+        return [_task(row, row[16]) for row in rows]
 
     def link_task_run(self, task_id: str, run_id: str, *, owner: str, token: str) -> Task:
         """Record the run executing the task; fenced by the lease like every holder write."""

@@ -228,6 +228,7 @@ WITH task AS (
 SELECT * FROM task
 
 -- name: release_task
+-- The holder gives the task back to pending; a reason (e.g. its run ended) is recorded.
 WITH task AS (
     UPDATE tasks
     SET status = 'pending', owner = NULL, lease_token = NULL, lease_expires_at = NULL,
@@ -239,7 +240,10 @@ WITH task AS (
               version, blocked_by
 ), event AS (
     INSERT INTO task_events (task_id, seq, type, actor, recorded_at, data)
-    SELECT id, version, 'task_released', %(owner)s, updated_at, '{}'::json FROM task
+    SELECT id, version, 'task_released', %(owner)s, updated_at,
+           CASE WHEN %(reason)s::text IS NULL THEN '{}'::json
+                ELSE json_build_object('reason', %(reason)s::text) END
+    FROM task
 )
 SELECT * FROM task
 
@@ -277,3 +281,47 @@ SELECT * FROM task
 
 -- name: existing_ids
 SELECT id FROM tasks WHERE id = ANY(%(ids)s::text[])
+
+-- name: cancel_task
+-- Withdraw a task for good, under the rule of keel.core.tasks.check_cancel: pending or
+-- failed by anyone, in progress by its owner or by anyone once the lease lapsed. No
+-- row: refused (or raced), and the caller asks why. The event names what it was.
+WITH old AS (
+    SELECT id, status, owner FROM tasks WHERE id = %(id)s FOR UPDATE
+), task AS (
+    UPDATE tasks t
+    SET status = 'cancelled', result = %(reason)s, lease_token = NULL,
+        lease_expires_at = NULL, updated_at = now(), version = t.version + 1
+    FROM old
+    WHERE t.id = old.id
+      AND (old.status IN ('pending', 'failed')
+           OR (old.status = 'in_progress'
+               AND (old.owner = %(actor)s OR t.lease_expires_at <= now())))
+    RETURNING t.id, t.subject, t.description, t.status, t.owner, t.lease_token,
+              t.lease_expires_at, t.attempt, t.result, t.run_id, t.options,
+              t.idempotency_key, t.created_at, t.updated_at, t.version, t.blocked_by,
+              old.status AS previous_status, old.owner AS previous_owner
+), event AS (
+    INSERT INTO task_events (task_id, seq, type, actor, recorded_at, data)
+    SELECT id, version, 'task_cancelled', %(actor)s, updated_at,
+           CASE WHEN previous_status = 'in_progress'
+                THEN json_build_object('reason', %(reason)s::text,
+                                       'previous_status', previous_status,
+                                       'previous_owner', previous_owner)
+                ELSE json_build_object('reason', %(reason)s::text,
+                                       'previous_status', previous_status) END
+    FROM task
+)
+SELECT id, subject, description, status, owner, lease_token, lease_expires_at, attempt,
+       result, run_id, options, idempotency_key, created_at, updated_at, version, blocked_by,
+       ARRAY(SELECT b.status FROM unnest(task.blocked_by) WITH ORDINALITY AS u (id, n)
+             JOIN tasks b ON b.id = u.id ORDER BY u.n) AS blocker_statuses
+FROM task
+
+-- name: tasks_held_by
+-- The in-progress tasks one owner claimed (a run's claims, renewed by its heartbeat).
+SELECT id, subject, description, status, owner, lease_token, lease_expires_at, attempt,
+       result, run_id, options, idempotency_key, created_at, updated_at, version, blocked_by,
+       ARRAY(SELECT b.status FROM unnest(t.blocked_by) WITH ORDINALITY AS u (id, n)
+             JOIN tasks b ON b.id = u.id ORDER BY u.n) AS blocker_statuses
+FROM tasks t WHERE status = 'in_progress' AND owner = %(owner)s ORDER BY position

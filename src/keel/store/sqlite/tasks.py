@@ -4,7 +4,8 @@ Every change is one ``BEGIN IMMEDIATE`` transaction that reads the task, checks
 the rule in pure code (``keel.core.tasks``), computes the event, folds it onto
 the row with ``apply_task_event`` and writes row and event together: the row is
 always the replay of the task's history. The database clock is read once per
-transaction, so an event's ``recorded_at`` equals the row's ``updated_at``.
+transaction, so an event's ``recorded_at`` equals the row's ``updated_at``
+(``keel.store.sqlite.task_transaction``).
 
 Readiness is kept as ``open_blockers`` (blockers not completed) in the same
 transactions, so finding the oldest ready task is one index lookup; a claim
@@ -15,16 +16,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import uuid
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from keel.core.errors import (
     InvalidTaskTransition,
-    LeaseLost,
-    NotOwner,
-    StoreCorrupt,
     StoreError,
     TaskNotClaimable,
     TaskNotFound,
@@ -35,229 +32,17 @@ from keel.core.tasks import (
     TaskEvent,
     TaskEventType,
     TaskStatus,
-    apply_task_event,
+    cancel_data,
+    check_cancel,
+    claim_refusal_for_blockers,
     new_task_id,
     validate_dependencies,
     with_blockers,
 )
-from keel.store.sql import load_queries
 from keel.store.sqlite.connection import Database
+from keel.store.sqlite.task_transaction import Q, TaskTransaction, task_from_row
 
-Q = load_queries("keel.store.sqlite", "tasks.sql")
 _ID_ATTEMPTS = 16
-
-
-def _moment(seconds: float | None) -> datetime | None:
-    return datetime.fromtimestamp(seconds, UTC) if seconds is not None else None
-
-
-def _epoch(moment: datetime | None) -> float | None:
-    return moment.timestamp() if moment is not None else None
-
-
-def _task_from_row(row: Sequence[Any], blocked_by: tuple[str, ...]) -> Task:
-    (id_, subject, description, status, owner, token, expires, attempt, result, run_id) = row[:10]
-    options, key, created, updated, version = row[10:15]
-    return Task(
-        id=id_,
-        subject=subject,
-        description=description,
-        status=TaskStatus(status),
-        owner=owner,
-        blocked_by=blocked_by,
-        lease_token=token,
-        lease_expires_at=_moment(expires),
-        attempt=attempt,
-        result=result,
-        run_id=run_id,
-        options=json.loads(options),
-        idempotency_key=key,
-        created_at=_moment(created),
-        updated_at=_moment(updated),
-        version=version,
-    )
-
-
-def _row_params(task: Task) -> dict[str, Any]:
-    return {
-        "id": task.id,
-        "subject": task.subject,
-        "description": task.description,
-        "status": task.status.value,
-        "owner": task.owner,
-        "lease_token": task.lease_token,
-        "lease_expires_at": _epoch(task.lease_expires_at),
-        "attempt": task.attempt,
-        "result": task.result,
-        "run_id": task.run_id,
-        "options": json.dumps(task.options, separators=(",", ":"), ensure_ascii=False),
-        "idempotency_key": task.idempotency_key,
-        "created_at": _epoch(task.created_at),
-        "updated_at": _epoch(task.updated_at),
-        "version": task.version,
-    }
-
-
-def _describe_blockers(blockers: dict[str, TaskStatus]) -> str:
-    return ", ".join(
-        f"{b} ({s.value})" for b, s in blockers.items() if s is not TaskStatus.COMPLETED
-    )
-
-
-class _TaskTransaction:
-    """One write transaction's view: the database time and the fold-and-write step.
-
-    The clock is read by the transaction's first statement (``load_task``,
-    ``claim_candidate`` or ``id_taken``) and is then the time of every event it writes.
-    """
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self.conn = conn
-        self._now: float | None = None
-
-    @property
-    def now(self) -> float:
-        if self._now is None:
-            self._now = float(self.conn.execute(Q["now"]).fetchone()[0])
-        return self._now
-
-    @property
-    def moment(self) -> datetime:
-        return datetime.fromtimestamp(self.now, UTC)
-
-    def blockers(self, task_id: str) -> dict[str, TaskStatus]:
-        rows = self.conn.execute(Q["blockers_of"], {"id": task_id}).fetchall()
-        return {b: TaskStatus(s) for b, s in rows}
-
-    def _loaded(self, row: Sequence[Any]) -> tuple[Task, dict[str, TaskStatus]]:
-        if self._now is None:
-            self._now = float(row[15])
-        blockers = {b: TaskStatus(s) for b, s in json.loads(row[16])}
-        return _task_from_row(row, tuple(blockers)), blockers
-
-    def load(self, task_id: str) -> tuple[Task, dict[str, TaskStatus]]:
-        row = self.conn.execute(Q["load_task"], {"id": task_id}).fetchone()
-        if row is None:
-            raise TaskNotFound(task_id)
-        return self._loaded(row)
-
-    def oldest_claimable(self) -> tuple[Task, dict[str, TaskStatus]] | None:
-        row = self.conn.execute(Q["claim_candidate"]).fetchone()
-        return self._loaded(row) if row is not None else None
-
-    def id_taken(self, task_id: str) -> bool:
-        now, taken = self.conn.execute(Q["id_taken"], {"id": task_id}).fetchone()
-        if self._now is None:
-            self._now = float(now)
-        return bool(taken)
-
-    def existing(self, ids: Sequence[str]) -> set[str]:
-        rows = self.conn.execute(Q["existing_ids"], {"ids": json.dumps(list(ids))}).fetchall()
-        return {r[0] for r in rows}
-
-    def blocker_ids(self, task_id: str) -> list[str]:
-        return list(self.blockers(task_id))
-
-    def append(
-        self,
-        task: Task | None,
-        kind: TaskEventType,
-        *,
-        actor: str,
-        data: dict[str, Any],
-        task_id: str | None = None,
-        open_blockers: int = 0,
-    ) -> Task:
-        """Fold one event onto ``task`` and write the new row and the event together."""
-        subject_id = task.id if task is not None else task_id
-        assert subject_id is not None
-        seq = (task.version if task is not None else 0) + 1
-        event = TaskEvent(
-            task_id=subject_id,
-            seq=seq,
-            type=kind.value,
-            actor=actor,
-            recorded_at=self.moment,
-            data=data,
-        )
-        new = apply_task_event(task, event)
-        params = _row_params(new)
-        if task is None:
-            self.conn.execute(Q["insert_task"], {**params, "open_blockers": open_blockers})
-        else:
-            cursor = self.conn.execute(
-                Q["update_task"], {**params, "blockers_added": open_blockers}
-            )
-            if cursor.rowcount != 1:
-                raise StoreCorrupt(str(subject_id), f"task row moved under a write (seq {seq})")
-        self.conn.execute(
-            Q["insert_event"],
-            {
-                "task_id": subject_id,
-                "seq": seq,
-                "type": kind.value,
-                "actor": actor,
-                "recorded_at": self.now,
-                "data": json.dumps(data, separators=(",", ":"), ensure_ascii=False),
-            },
-        )
-        return new
-
-    def check_holder(self, task: Task, *, owner: str, token: str | None, action: str) -> None:
-        """Refuse a write by anyone but the current, unexpired lease holder.
-
-        A token that is not the task's current one is ``LeaseLost`` whatever else holds;
-        without a token the owner name decides (a person claiming in one command and
-        completing in the next). An expired lease is ``LeaseLost`` even if no one has
-        reclaimed the task yet.
-        """
-        if token is not None and task.lease_token != token:
-            if task.status is TaskStatus.IN_PROGRESS:
-                detail = f"task {task.id} was reclaimed by {task.owner}"
-            else:
-                detail = f"task {task.id} is now {task.status.value}"
-            raise LeaseLost(task.id, detail)
-        if task.status is TaskStatus.PENDING:
-            raise NotOwner(task.id, None, owner)
-        if task.status is not TaskStatus.IN_PROGRESS:
-            raise InvalidTaskTransition(
-                task.id, task.status.value, f"only an in-progress task can be {action}"
-            )
-        if task.owner != owner:
-            raise NotOwner(task.id, task.owner, owner)
-        expires = task.lease_expires_at
-        if expires is not None and expires.timestamp() <= self.now:
-            raise LeaseLost(
-                task.id,
-                f"the lease expired at {expires.isoformat()}; claim the task again to go on",
-            )
-
-    def claim(self, task: Task, *, owner: str, lease_seconds: float) -> Task:
-        if task.status is TaskStatus.IN_PROGRESS:  # expired: the claim reclaims it
-            task = self.append(
-                task,
-                TaskEventType.RECLAIMED,
-                actor=owner,
-                data={
-                    "previous_owner": task.owner,
-                    "previous_token": task.lease_token,
-                    "lease_expired_at": task.lease_expires_at.isoformat()
-                    if task.lease_expires_at
-                    else None,
-                },
-            )
-        expires = datetime.fromtimestamp(self.now + lease_seconds, UTC)
-        return self.append(
-            task,
-            TaskEventType.CLAIMED,
-            actor=owner,
-            data={
-                "owner": owner,
-                "token": uuid.uuid4().hex,
-                "attempt": task.attempt + 1,
-                "lease_expires_at": expires.isoformat(),
-            },
-        )
 
 
 class SQLiteTasks:
@@ -278,7 +63,7 @@ class SQLiteTasks:
             Q["blockers_of_many"], {"ids": json.dumps(ids)}
         ):
             found[task_id][blocker] = TaskStatus(status)
-        return [with_blockers(_task_from_row(r, tuple(found[r[0]])), found[r[0]]) for r in rows]
+        return [with_blockers(task_from_row(r, tuple(found[r[0]])), found[r[0]]) for r in rows]
 
     def get_task(self, task_id: str) -> Task:
         with self._db.read() as conn:
@@ -341,7 +126,7 @@ class SQLiteTasks:
         except (TypeError, ValueError) as exc:
             raise UsageError(f"task options must be JSON: {exc}") from exc
         with self._db.write() as conn:
-            tx = _TaskTransaction(conn)
+            tx = TaskTransaction(conn)
             if idempotency_key is not None:
                 row = conn.execute(Q["task_id_by_key"], {"key": idempotency_key}).fetchone()
                 if row is not None:
@@ -375,7 +160,7 @@ class SQLiteTasks:
         Blockers it already has are ignored; with nothing new, nothing is recorded.
         """
         with self._db.write() as conn:
-            tx = _TaskTransaction(conn)
+            tx = TaskTransaction(conn)
             task, blockers = tx.load(task_id)
             if task.status is not TaskStatus.PENDING:
                 raise InvalidTaskTransition(
@@ -409,7 +194,7 @@ class SQLiteTasks:
         Its dependents stay blocked until it completes; the history keeps the failure.
         """
         with self._db.write() as conn:
-            tx = _TaskTransaction(conn)
+            tx = TaskTransaction(conn)
             task, blockers = tx.load(task_id)
             if task.status is not TaskStatus.FAILED:
                 raise InvalidTaskTransition(
@@ -433,7 +218,7 @@ class SQLiteTasks:
         if lease_seconds <= 0:
             raise UsageError(f"a lease must last a positive number of seconds, not {lease_seconds}")
         with self._db.write() as conn:
-            tx = _TaskTransaction(conn)
+            tx = TaskTransaction(conn)
             if task_id is None:
                 found = tx.oldest_claimable()
                 if found is None:
@@ -449,7 +234,7 @@ class SQLiteTasks:
         if lease_seconds <= 0:
             raise UsageError(f"a lease must last a positive number of seconds, not {lease_seconds}")
         with self._db.write() as conn:
-            tx = _TaskTransaction(conn)
+            tx = TaskTransaction(conn)
             task, blockers = tx.load(task_id)
             tx.check_holder(task, owner=owner, token=token, action="heartbeaten")
             expires = datetime.fromtimestamp(tx.now + lease_seconds, UTC)
@@ -466,7 +251,7 @@ class SQLiteTasks:
     ) -> list[Task]:
         """Complete an owned task; return exactly the tasks that became ready by it."""
         with self._db.write() as conn:
-            tx = _TaskTransaction(conn)
+            tx = TaskTransaction(conn)
             task, _ = tx.load(task_id)
             tx.check_holder(task, owner=owner, token=token, action="completed")
             tx.append(task, TaskEventType.COMPLETED, actor=owner, data={"result": result})
@@ -484,25 +269,48 @@ class SQLiteTasks:
         if not reason.strip():
             raise UsageError("failing a task needs a reason")
         with self._db.write() as conn:
-            tx = _TaskTransaction(conn)
+            tx = TaskTransaction(conn)
             task, blockers = tx.load(task_id)
             tx.check_holder(task, owner=owner, token=token, action="failed")
             task = tx.append(task, TaskEventType.FAILED, actor=owner, data={"reason": reason})
             return with_blockers(task, blockers)
 
-    def release_task(self, task_id: str, *, owner: str, token: str) -> Task:
-        """Give a claimed task back to pending (same attempt count) for someone else."""
+    def release_task(
+        self, task_id: str, *, owner: str, token: str, reason: str | None = None
+    ) -> Task:
+        """Give a claimed task back to pending (same attempt count) for someone else;
+        ``reason`` goes into its history."""
+        data = {"reason": reason} if reason else {}
         with self._db.write() as conn:
-            tx = _TaskTransaction(conn)
+            tx = TaskTransaction(conn)
             task, blockers = tx.load(task_id)
             tx.check_holder(task, owner=owner, token=token, action="released")
-            task = tx.append(task, TaskEventType.RELEASED, actor=owner, data={})
+            task = tx.append(task, TaskEventType.RELEASED, actor=owner, data=data)
             return with_blockers(task, blockers)
+
+    def cancel_task(self, task_id: str, *, actor: str, reason: str) -> Task:
+        """Withdraw a task for good (``check_cancel`` says who may); nothing changes
+        for its dependents' counts: a cancelled blocker stays open forever."""
+        with self._db.write() as conn:
+            tx = TaskTransaction(conn)
+            task, blockers = tx.load(task_id)
+            expires = task.lease_expires_at
+            live = expires is not None and expires.timestamp() > tx.now
+            check_cancel(task, actor=actor, reason=reason, lease_live=live)
+            data = cancel_data(task, reason)
+            task = tx.append(task, TaskEventType.CANCELLED, actor=actor, data=data)
+            return with_blockers(task, blockers)
+
+    def tasks_held_by(self, owner: str) -> list[Task]:
+        """The in-progress tasks ``owner`` claimed, oldest first (lapsed leases too)."""
+        with self._db.read() as conn:
+            rows = conn.execute(Q["tasks_held_by"], {"owner": owner}).fetchall()
+            return self._with_blockers(conn, rows)
 
     def link_task_run(self, task_id: str, run_id: str, *, owner: str, token: str) -> Task:
         """Record the run executing the task; fenced by the lease like every holder write."""
         with self._db.write() as conn:
-            tx = _TaskTransaction(conn)
+            tx = TaskTransaction(conn)
             task, blockers = tx.load(task_id)
             tx.check_holder(task, owner=owner, token=token, action="linked to a run")
             task = tx.append(task, TaskEventType.RUN_LINKED, actor=owner, data={"run_id": run_id})
@@ -510,7 +318,7 @@ class SQLiteTasks:
 
     # --- inside a transaction --------------------------------------------------------
 
-    def _fresh_id(self, tx: _TaskTransaction) -> str:
+    def _fresh_id(self, tx: TaskTransaction) -> str:
         for _ in range(_ID_ATTEMPTS):
             candidate = self.task_id_factory()
             if not tx.id_taken(candidate):
@@ -549,5 +357,6 @@ class SQLiteTasks:
             raise TaskNotClaimable(task.id, "it failed; reopen it first (`keel tasks reopen`)")
         if task.status is not TaskStatus.PENDING:
             raise TaskNotClaimable(task.id, f"it is {task.status.value}")
-        if any(s is not TaskStatus.COMPLETED for s in blockers.values()):
-            raise TaskNotClaimable(task.id, f"blocked by {_describe_blockers(blockers)}")
+        refusal = claim_refusal_for_blockers(task.id, blockers)
+        if refusal is not None:
+            raise TaskNotClaimable(task.id, refusal)

@@ -141,3 +141,9 @@ FROM tasks t WHERE t.id = (SELECT id FROM pick)
 -- Whether a drawn id is in use, with the database clock for the creating transaction.
 SELECT ((julianday('now') - 2440587.5) * 86400.0) AS now,
        EXISTS (SELECT 1 FROM tasks WHERE id = :id) AS taken
+
+-- name: tasks_held_by
+-- The in-progress tasks one owner claimed (a run's claims, renewed by its heartbeat).
+SELECT id, subject, description, status, owner, lease_token, lease_expires_at, attempt,
+       result, run_id, options, idempotency_key, created_at, updated_at, version
+FROM tasks WHERE status = 'in_progress' AND owner = :owner ORDER BY position
