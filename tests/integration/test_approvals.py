@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -122,3 +123,66 @@ def test_an_approved_completion_is_not_approved_for_the_next_attempt_too(
         assert second.state.grants == {}
         h.approve(second.id)
         assert h.resume(second.id).status is RunStatus.COMPLETED
+
+
+def test_a_grant_is_used_up_when_the_approved_call_fails_its_pre_check(
+    workspace: Path, store_url: str
+) -> None:
+    """Approve a call, its pre-check fails, the model retries the same call with a new id:
+    the retry needs its own approval."""
+    (workspace / "a.txt").write_text("hello\n")
+    edit = call("edit_file", path="a.txt", old_text="goodbye", new_text="bye")
+    model = ScriptedModel([turn(edit), turn(edit), DONE])
+    with Harness(store=store_url, model=model) as h:
+        waiting = h.run("edit a.txt", cwd=workspace, mode="ask")
+        assert waiting.status is RunStatus.WAITING
+        h.approve(waiting.id)
+
+        again = h.resume(waiting.id)
+
+        assert again.status is RunStatus.WAITING
+        assert again.state.pending is not None and again.state.pending.call_id == "call_1_0"
+        assert again.state.grants == {}
+        [failed] = [e for e in h.events(waiting.id) if e.type is EventType.TOOL_FAILED]
+        assert failed.data["call_id"] == "call_0_0" and failed.data["grant"]
+        assert "not found" in last_tool_text(model.requests[1])
+        assert (workspace / "a.txt").read_text() == "hello\n"
+
+
+def test_a_grant_left_unused_past_its_ttl_asks_again_on_resume(
+    workspace: Path, store_url: str
+) -> None:
+    write = call("write_file", path="out.txt", content="x\n")
+    model = ScriptedModel([turn(write), DONE])
+    with Harness(store=store_url, model=model) as h:
+        waiting = h.run("write out.txt", cwd=workspace, mode="ask", grant_ttl=0.5)
+        h.approve(waiting.id)
+        [granted] = [e for e in h.events(waiting.id) if e.type is EventType.APPROVAL_GRANTED]
+        assert granted.data["expires_at"] is not None
+        time.sleep(0.6)
+
+        again = h.resume(waiting.id)
+
+        assert again.status is RunStatus.WAITING  # the expired grant did not let it through
+        assert not (workspace / "out.txt").exists()
+        requests = [e for e in h.events(waiting.id) if e.type is EventType.APPROVAL_REQUESTED]
+        assert len(requests) == 2
+        assert requests[1].data["expired_grant"]["expires_at"] == granted.data["expires_at"]
+        h.approve(waiting.id)
+        assert h.resume(waiting.id).status is RunStatus.COMPLETED
+        assert (workspace / "out.txt").read_text() == "x\n"
+
+
+def test_the_grant_ttl_comes_from_the_workspace_config_unless_given(
+    workspace: Path, store_url: str
+) -> None:
+    (workspace / ".keel").mkdir()
+    (workspace / ".keel" / "config.toml").write_text(
+        "[approvals]\ngrant_ttl_seconds = 600\ntimeout_seconds = 120\n"
+    )
+    with Harness(store=store_url, model=ScriptedModel([DONE])) as h:
+        from_config = h.create("x", cwd=workspace)
+        given = h.create("x", cwd=workspace, grant_ttl=30, approval_timeout=45)
+
+    assert (from_config.options.grant_ttl_s, from_config.options.approval_timeout_s) == (600, 120)
+    assert (given.options.grant_ttl_s, given.options.approval_timeout_s) == (30, 45)

@@ -15,6 +15,7 @@ from keel.models.openai_compat import OpenAICompatModel
 from keel.models.pricing import load_price_table
 from keel.models.resolve import resolve_model
 from keel.models.scripted import ScriptedModel
+from keel.runtime.harness import lease_ttl_from_environment
 from keel.testing.provider import FakeProvider
 
 
@@ -118,6 +119,8 @@ def test_retry_settings_come_from_the_environment(tmp_path: Path, provider: Fake
         ("KEEL_MODEL_MAX_ATTEMPTS", "lots"),
         ("KEEL_MODEL_MAX_ATTEMPTS", "0"),
         ("KEEL_MODEL_TIMEOUT", "-1"),
+        ("KEEL_MODEL_TIMEOUT", "nan"),
+        ("KEEL_MODEL_MAX_WAIT", "inf"),
     ],
 )
 def test_a_bad_retry_setting_names_the_variable(tmp_path: Path, name: str, value: str) -> None:
@@ -157,7 +160,10 @@ def test_config_adds_a_price_for_a_custom_model(tmp_path: Path, provider: FakePr
     ("text", "message"),
     [
         ("[prices\n", "is not valid TOML"),
-        ('[prices."openai:x"]\ninput_per_mtok = 1\n', "output_per_mtok must be a non-negative"),
+        ('[prices."openai:x"]\ninput_per_mtok = 1\n', "output_per_mtok must be a finite number"),
+        ('[prices."openai:x"]\ninput_per_mtok = nan\noutput_per_mtok = 1\n', "got nan"),
+        ('[prices."openai:x"]\ninput_per_mtok = 1\noutput_per_mtok = inf\n', "got inf"),
+        ('[prices."openai:x"]\ninput_per_mtok = -1\noutput_per_mtok = 1\n', "0 or more"),
         ('[prices."openai:x"]\ninput_per_mtok = 1\noutput_per_mtok = "2"\n', "output_per_mtok"),
         ('[prices."openai:x"]\ninput = 1\n', "unknown key(s) input"),
         ('[prices."gpt-4o"]\ninput_per_mtok = 1\noutput_per_mtok = 1\n', "must be a model spec"),
@@ -211,3 +217,12 @@ def test_a_script_that_is_not_a_list_is_refused(tmp_path: Path) -> None:
     path.write_text('{"content": "done"}')
     with pytest.raises(ConfigError, match="a script is a JSON list of turns, got an object"):
         ScriptedModel.from_file(path)
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "inf", "nan", "soon"])
+def test_a_lease_ttl_that_is_not_a_positive_finite_number_is_refused(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("KEEL_LEASE_TTL", value)
+    with pytest.raises(ConfigError, match="KEEL_LEASE_TTL"):
+        lease_ttl_from_environment()

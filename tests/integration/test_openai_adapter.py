@@ -183,6 +183,28 @@ def test_missing_usage_counts_as_zero_tokens(provider: FakeProvider, make_model:
     assert (turn.usage.input_tokens, turn.usage.output_tokens, turn.cost) == (0, 0, 0.0)
 
 
+@pytest.mark.parametrize("usage", [(10**13, 5), (5, 10**40)])
+def test_absurd_token_counts_are_refused_as_a_model_error_not_stored_as_cost(
+    provider: FakeProvider, make_model: MakeModel, usage: tuple[int, int]
+) -> None:
+    provider.reply(content="hi", usage=usage)
+    with pytest.raises(ModelError, match="refusing a usage report that cannot be right"):
+        make_model().complete(ask())
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "1e999", "-3"])
+def test_non_integer_or_negative_token_counts_count_as_unreported(
+    provider: FakeProvider, make_model: MakeModel, literal: str
+) -> None:
+    body = (
+        '{"choices": [{"message": {"role": "assistant", "content": "hi"}}], '
+        f'"usage": {{"prompt_tokens": {literal}, "completion_tokens": {literal}}}}}'
+    )
+    provider.raw(200, body, headers={"Content-Type": "application/json"})
+    turn = make_model().complete(ask())
+    assert (turn.usage.input_tokens, turn.usage.output_tokens, turn.cost) == (0, 0, 0.0)
+
+
 # --- transient failures are retried ------------------------------------------------------
 
 

@@ -141,3 +141,77 @@ def test_plan_exit_without_a_plan_is_refused_and_outside_plan_mode_it_is_refused
         editing = h.run("x", cwd=workspace, mode="edit")
         assert "plan_exit only works in plan mode" in last_tool_text(model.requests[-1])
         assert h.get(editing.id).mode == "edit"
+
+
+SCOPED_PLAN = "1. Write notes.txt\n2. Request completion\n\nPaths:\n- notes.txt\n"
+
+
+def test_an_approved_plan_replaced_without_approval_is_refused_until_a_person_approves(
+    workspace: Path, store_url: str
+) -> None:
+    hostile = "1. delete everything\n2. push to prod\n"
+    model = ScriptedModel(
+        [
+            turn(call("plan_write", content=PLAN)),
+            turn(call("plan_exit", summary="write notes")),
+            turn(call("plan_write", content=hostile)),
+            turn(WRITE),
+        ]
+    )
+    with Harness(store=store_url, model=model) as h:
+        waiting = h.run("take notes", cwd=workspace, plan_then="auto")
+        h.approve(waiting.id)
+
+        replaced = h.resume(waiting.id)
+
+        assert replaced.status is RunStatus.WAITING
+        pending = replaced.state.pending
+        assert pending is not None and pending.tool == "plan_write"
+        assert (workspace / "plans" / "PLAN.md").read_text() == PLAN  # not replaced
+        assert replaced.state.plan == PLAN
+        [approved] = [e for e in h.events(waiting.id) if e.type is EventType.PLAN_APPROVED]
+        assert approved.data["plan_sha256"] == replaced.state.approved_plan_sha256
+        asked = [e for e in h.events(waiting.id) if e.type is EventType.APPROVAL_REQUESTED][-1]
+        assert asked.data["rule"] == "plan" and asked.data["arguments"]["content"] == hostile
+
+        h.approve(waiting.id, deny=True, reason="keep the approved plan")
+        h.resume(waiting.id)
+
+        assert "keep the approved plan" in last_tool_text(model.requests[3])
+        assert (workspace / "plans" / "PLAN.md").read_text() == PLAN
+
+
+def test_changes_outside_the_plans_paths_are_a_gap_until_an_approved_plan_names_them(
+    workspace: Path, store_url: str
+) -> None:
+    other = call("write_file", path="other.txt", content="o\n")
+    revised = SCOPED_PLAN + "- other.txt\n"
+    model = ScriptedModel(
+        [
+            turn(call("plan_write", content=SCOPED_PLAN)),
+            turn(call("plan_exit", summary="write notes")),
+            turn(WRITE, other),
+            turn(call("request_completion", summary="notes written")),
+            turn(call("plan_write", content=revised)),
+            turn(call("request_completion", summary="notes written, other.txt too")),
+        ]
+    )
+    with Harness(store=store_url, model=model) as h:
+        waiting = h.run("take notes", cwd=workspace, mode="plan")
+        h.approve(waiting.id)
+
+        outcome = h.resume(waiting.id)  # completion refused: other.txt is outside the plan
+
+        [failed] = [e for e in h.events(waiting.id) if e.type is EventType.VERIFICATION_FAILED]
+        assert failed.data["outside_plan"] == ["other.txt"]
+        told = [m.content or "" for m in model.requests[4].messages if m.role == "user"][-1]
+        assert "changes outside the approved plan's paths: other.txt" in told
+        assert outcome.status is RunStatus.WAITING  # the revised plan needs approval
+        assert outcome.state.pending is not None and outcome.state.pending.tool == "plan_write"
+
+        h.approve(waiting.id)
+        done = h.resume(waiting.id)
+
+        assert done.status is RunStatus.COMPLETED
+        assert done.state.plan_paths == ("notes.txt", "other.txt")
+        model.assert_consumed()

@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+import math
+import re
+
 import pytest
 
-from keel.core.budget import Budget, Dimension, Usage
+from keel.core.budget import (
+    MAX_COUNT,
+    MAX_SECONDS,
+    Budget,
+    Dimension,
+    Usage,
+    check_budget,
+    check_seconds,
+)
+from keel.core.errors import ConfigError
 
 
 def test_no_dimension_is_exhausted_below_every_limit() -> None:
@@ -66,3 +78,61 @@ def test_budget_and_usage_round_trip_through_dicts() -> None:
     assert Budget.from_dict(budget.to_dict()) == budget
     usage = Usage(steps=1, tool_calls=2, tokens=3, cost=0.4, wall_seconds=5.5)
     assert Usage.from_dict(usage.to_dict()) == usage
+
+
+# --- limits are checked before a run exists ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("budget", "message"),
+    [
+        (Budget(max_steps=0), "max_steps must be a whole number from 1 to"),
+        (Budget(max_tool_calls=-3), "max_tool_calls must be a whole number from 1 to"),
+        (Budget(max_tokens=MAX_COUNT + 1), "max_tokens must be a whole number from 1 to"),
+        (Budget(max_steps=2.5), "max_steps must be a whole number"),  # type: ignore[arg-type]
+        (Budget(max_steps=True), "max_steps must be a whole number"),
+        (Budget(max_cost=0.0), "max_cost must be a finite number above 0 (USD), got 0.0"),
+        (Budget(max_cost=-1.0), "max_cost must be a finite number above 0 (USD)"),
+        (Budget(max_cost=math.nan), "max_cost must be a finite number above 0 (USD), got nan"),
+        (Budget(max_cost=math.inf), "max_cost must be a finite number above 0 (USD), got inf"),
+        (Budget(max_wall_seconds=0), "max_wall_seconds must be a number of seconds above 0"),
+        (Budget(max_wall_seconds=math.nan), "max_wall_seconds must be a number of seconds"),
+        (Budget(max_wall_seconds=MAX_SECONDS * 2), f"at most {MAX_SECONDS}"),
+    ],
+)
+def test_a_limit_out_of_range_is_refused_naming_it_and_the_accepted_range(
+    budget: Budget, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        check_budget(budget)
+
+
+def test_the_cli_names_its_options_instead_of_the_fields() -> None:
+    labels = {
+        "max_steps": "--max-steps",
+        "max_tool_calls": "--max-tool-calls",
+        "max_tokens": "--max-tokens",
+        "max_cost": "--max-cost",
+        "max_wall_seconds": "--timeout",
+    }
+    with pytest.raises(ConfigError, match=r"^--timeout must be"):
+        check_budget(Budget(max_wall_seconds=-5), labels)
+
+
+def test_sensible_limits_and_unlimited_dimensions_pass() -> None:
+    check_budget(Budget(max_steps=1, max_tool_calls=MAX_COUNT, max_cost=0.01))
+    check_budget(
+        Budget(max_steps=None, max_tool_calls=None, max_tokens=None, max_wall_seconds=1e-3)
+    )
+
+
+@pytest.mark.parametrize("seconds", [0, -5, math.nan, math.inf, 10**400, "60", True])
+def test_a_timeout_must_be_positive_finite_seconds(seconds: object) -> None:
+    with pytest.raises(ConfigError, match=r"^--approval-timeout must be a number of seconds"):
+        check_seconds("--approval-timeout", seconds)
+
+
+def test_a_huge_number_is_shown_shortened_in_the_message() -> None:
+    with pytest.raises(ConfigError) as err:
+        check_seconds("grant_ttl", 10**400)
+    assert len(str(err.value)) < 150

@@ -7,7 +7,7 @@ Every test builds the state the way the store would — by folding events — an
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,8 @@ from keel.loop.catalog import RegistryCatalog
 from keel.loop.decide import Situation, decide
 from keel.loop.outcomes import after_model, after_verification
 from keel.models.base import ModelTurn, TokenUsage, ToolCall
+from keel.policy.approvals import approval_digest, decide_approval
+from keel.policy.plans import plan_digest
 from keel.policy.rules import Policy
 from keel.tools.builtin import default_registry
 
@@ -32,10 +34,19 @@ WORKSPACE = Path("/srv/ws")
 class Run:
     """One run's event log, numbered as a store would and folded as events arrive."""
 
-    def __init__(self, *, mode: str = "edit", verify: tuple[str, ...] = (), **budget: Any) -> None:
+    def __init__(
+        self,
+        *,
+        mode: str = "edit",
+        verify: tuple[str, ...] = (),
+        options: dict[str, Any] | None = None,
+        **budget: Any,
+    ) -> None:
         self.state = RunState(run_id="run_000000000001")
         limits = {"max_steps": 50, "max_tool_calls": 200, **budget}
-        options = RunOptions(mode=mode, verify=verify, budget=Budget(**limits)).to_dict()
+        options = RunOptions(
+            mode=mode, verify=verify, budget=Budget(**limits), **(options or {})
+        ).to_dict()
         self.add(
             NewEvent(
                 type=EventType.RUN_CREATED,
@@ -58,12 +69,12 @@ class Run:
             self.state = self.state.apply(event)
         return self.state
 
-    def decide(self) -> Action:
+    def decide(self, now: datetime = NOW) -> Action:
         situation = Situation(
             catalog=RegistryCatalog(default_registry()),
             gate=Policy(),
             workspace=WORKSPACE,
-            now=NOW,
+            now=now,
         )
         return decide(self.state, situation)
 
@@ -89,14 +100,26 @@ class Run:
         )
         self.add(*after_model(self.state, turn, elapsed_s=usage.get("elapsed_s", 0.0)))
 
-    def perform(self, *, fail: str | None = None, changed: dict[str, str] | None = None) -> None:
-        """Play the decided action the way the driver would: commit, or a tool outcome."""
-        action = self.decide()
+    def perform(
+        self,
+        *,
+        fail: str | None = None,
+        changed: dict[str, str] | None = None,
+        now: datetime = NOW,
+    ) -> None:
+        """Play the decided action the way the driver would: commit, or a tool outcome
+        (recording the grant it ran under, as the driver does)."""
+        action = self.decide(now)
         if isinstance(action, Commit):
             self.add(*action.events)
             return
         assert isinstance(action, RunTool), action
-        data = {"call_id": action.call_id, "tool": action.tool, "arguments": action.arguments}
+        data = {
+            "call_id": action.call_id,
+            "tool": action.tool,
+            "arguments": action.arguments,
+            "grant": action.grant,
+        }
         if fail is not None:
             self.add(
                 NewEvent(
@@ -529,3 +552,224 @@ def test_an_unfinished_command_asks_a_person_rather_than_running_it_again() -> N
     action = run.decide()
     assert types(action) == ["approval_requested", "status_changed"]
     assert committed(action)[0].data["kind"] == "unknown_outcome"
+
+
+# --- grants: used up by their attempt, and they expire -------------------------------------
+
+
+def approve(run: Run, *, now: datetime = NOW) -> dict[str, Any]:
+    """A person approves what the run waits for (as ``keel approve`` records it)."""
+    granted = decide_approval(run.state, approve=True, by="ana", reason=None, now=now)
+    run.add(granted, transition(run.state, RunStatus.RUNNING, None))
+    return granted.data
+
+
+EDIT = ("edit_file", {"path": "a.txt", "old_text": "missing", "new_text": "y"})
+
+
+def test_a_grant_is_used_up_when_the_approved_calls_pre_check_fails() -> None:
+    run = Run(mode="ask")
+    run.model(EDIT)
+    run.perform()  # asks
+    approve(run)
+    granted = run.decide()
+    assert isinstance(granted, RunTool) and granted.grant is not None
+
+    run.perform(fail="edit_file: old_text not found in a.txt")  # the intent check failed
+
+    assert run.state.grants == {}
+    run.model(EDIT)  # the model retries the very same call, with a new id
+    retry = run.decide()
+    assert types(retry) == ["approval_requested", "status_changed"]
+    assert committed(retry)[0].data["call_id"] == "c2_0"
+
+
+def test_a_grant_past_its_ttl_no_longer_lets_the_call_through_it_asks_again() -> None:
+    run = Run(mode="ask", options={"grant_ttl_s": 60})
+    run.model(EDIT)
+    run.perform()
+    granted = approve(run)
+    assert granted["expires_at"] == "2025-06-01T12:01:00+00:00"
+
+    in_time = run.decide(NOW + timedelta(seconds=59))
+    late = run.decide(NOW + timedelta(seconds=60))
+
+    assert isinstance(in_time, RunTool) and in_time.grant is not None
+    assert types(late) == ["approval_requested", "status_changed"]
+    request = committed(late)[0].data
+    assert request["expired_grant"] == {
+        "call_id": "c1_0",
+        "expires_at": "2025-06-01T12:01:00+00:00",
+    }
+    run.add(*committed(late))
+    assert run.state.grants == {}  # the new request supersedes the expired grant
+    approve(run, now=NOW + timedelta(minutes=2))
+    again = run.decide(NOW + timedelta(minutes=2))
+    assert isinstance(again, RunTool) and again.grant == request["digest"]
+
+
+def test_an_expired_grant_for_an_interrupted_call_asks_again_rather_than_rerunning() -> None:
+    run = Run(mode="auto", options={"grant_ttl_s": 60})
+    run.model(("run_command", {"argv": ["make", "deploy"]}))
+    action = run.decide()
+    assert isinstance(action, RunTool)
+    run.add(
+        NewEvent(
+            type=EventType.TOOL_STARTED,
+            data={
+                "call_id": action.call_id,
+                "tool": action.tool,
+                "arguments": action.arguments,
+                "effect": "execute",
+                "recovery": "manual",
+            },
+        )
+    )
+    run.perform()  # unknown outcome: a person is asked
+    approve(run)
+
+    assert isinstance(run.decide(NOW + timedelta(seconds=30)), RunTool)
+    late = committed(run.decide(NOW + timedelta(hours=1)))
+    assert late[0].type is EventType.APPROVAL_REQUESTED
+    assert late[0].data["kind"] == "unknown_outcome"
+
+
+@pytest.mark.parametrize("stored", [-5, 0])
+def test_a_run_stored_with_an_unusable_approval_timeout_still_asks_with_the_default(
+    stored: float,
+) -> None:
+    """Such runs predate the option checks; they must not crash at every approval."""
+    run = Run(mode="ask", options={"approval_timeout_s": stored})
+    run.model(EDIT)
+
+    [request, _] = committed(run.decide())
+
+    assert request.data["expires_at"] == "2025-06-02T12:00:00+00:00"
+
+
+# --- plan integrity ------------------------------------------------------------------------
+
+APPROVED_PLAN = "1. Fix the parser\n2. Run the tests\n\nPaths:\n- src/\n"
+
+
+def approved_plan_run(plan: str = APPROVED_PLAN) -> Run:
+    """A run whose plan (naming ``src/``) a person approved; now in edit mode."""
+    run = Run(mode="plan", options={"plan_then": "edit"})
+    run.model(("plan_write", {"content": plan}))
+    run.perform(changed={"plans/PLAN.md": "h0"})
+    run.add(NewEvent(type=EventType.PLAN_WRITTEN, data={"content": plan}))
+    run.model(("plan_exit", {"summary": "fix the parser"}))
+    run.perform()  # asks for the plan's approval
+    approve(run)
+    run.perform()  # the granted plan_exit leaves plan mode
+    assert run.state.mode == "edit"
+    return run
+
+
+def test_approving_a_plan_records_its_digest_and_paths_and_binds_the_grant_to_its_text() -> None:
+    run = Run(mode="plan")
+    run.model(("plan_write", {"content": APPROVED_PLAN}))
+    run.perform(changed={"plans/PLAN.md": "h0"})
+    run.add(NewEvent(type=EventType.PLAN_WRITTEN, data={"content": APPROVED_PLAN}))
+    run.model(("plan_exit", {"summary": "fix the parser"}))
+    [request, _] = committed(run.decide())
+    summary_and_plan = {"summary": "fix the parser", "plan_sha256": plan_digest(APPROVED_PLAN)}
+
+    assert request.data["plan_sha256"] == plan_digest(APPROVED_PLAN)
+    assert request.data["digest"] == approval_digest("plan_exit", summary_and_plan, WORKSPACE)
+    run.add(request, transition(run.state, RunStatus.WAITING, "plan"))
+    approve(run)
+    events = committed(run.decide())
+    approved = next(e for e in events if e.type is EventType.PLAN_APPROVED)
+    assert approved.data == {
+        "call_id": "c2_0",
+        "plan_sha256": plan_digest(APPROVED_PLAN),
+        "paths": ["src/"],
+    }
+
+
+def test_an_approved_plan_replaced_without_approval_is_refused_the_gate_asks() -> None:
+    run = approved_plan_run()
+    hostile = "1. delete everything\n2. push to prod\n"
+    run.model(("plan_write", {"content": hostile}))
+
+    action = run.decide()
+
+    assert types(action) == ["approval_requested", "status_changed"]
+    request = committed(action)[0].data
+    assert (request["tool"], request["rule"]) == ("plan_write", "plan")
+    assert request["plan_sha256"] == plan_digest(hostile)
+    assert request["approved_plan_sha256"] == plan_digest(APPROVED_PLAN)
+    assert "approved plan" in request["reason"]
+    run.add(*committed(action))
+    run.add(
+        decide_approval(run.state, approve=False, by="ana", reason="no", now=NOW),
+        transition(run.state, RunStatus.RUNNING, None),
+    )
+    assert run.state.approved_plan_sha256 == plan_digest(APPROVED_PLAN)
+
+
+def test_an_approved_change_of_the_plan_makes_the_new_digest_the_approved_one() -> None:
+    run = approved_plan_run()
+    revised = APPROVED_PLAN + "- docs/\n"
+    run.model(("plan_write", {"content": revised}))
+    run.perform()  # asks
+    approve(run)
+
+    [approved] = committed(run.decide())  # first the new plan becomes the approved one
+    run.add(approved)
+    write = run.decide()  # then the write runs under the same grant
+
+    assert approved.type is EventType.PLAN_APPROVED
+    assert run.state.approved_plan_sha256 == plan_digest(revised)
+    assert run.state.plan_paths == ("src/", "docs/")
+    assert isinstance(write, RunTool) and write.tool == "plan_write" and write.grant
+
+
+def test_rewriting_the_approved_plan_unchanged_needs_no_approval() -> None:
+    run = approved_plan_run()
+    run.model(("plan_write", {"content": APPROVED_PLAN}))
+
+    assert isinstance(run.decide(), RunTool)
+
+
+def test_writing_the_plan_file_with_another_tool_after_approval_is_refused() -> None:
+    run = approved_plan_run()
+    run.model(("write_file", {"path": "plans/PLAN.md", "content": "push to prod"}))
+
+    [event] = committed(run.decide())
+
+    assert event.data["error_kind"] == "policy_denied"
+    assert "change it with plan_write" in event.data["message"]
+
+
+def test_changes_outside_the_approved_plans_paths_are_a_verification_gap() -> None:
+    run = approved_plan_run()
+    run.model(
+        ("write_file", {"path": "src/parser.py", "content": "x"}),
+        ("write_file", {"path": "deploy.sh", "content": "rm -rf /"}),
+    )
+    run.perform(changed={"src/parser.py": "h1"})
+    run.perform(changed={"deploy.sh": "h2"})
+    run.model(content="parser fixed")
+
+    events = after_verification(run.state, [], elapsed_s=0.0)
+    run.add(*events)
+
+    failed = next(e for e in events if e.type is EventType.VERIFICATION_FAILED)
+    assert failed.data["outside_plan"] == ["deploy.sh"]
+    [gap] = failed.data["gaps"]
+    assert "changes outside the approved plan's paths: deploy.sh" in gap
+    assert run.state.status is RunStatus.RUNNING
+    assert "deploy.sh" in run.notes()[-1]
+
+
+def test_a_plan_without_paths_does_not_limit_what_may_change() -> None:
+    run = approved_plan_run("1. Fix the parser\n")
+    run.model(("write_file", {"path": "anything.txt", "content": "x"}))
+    run.perform(changed={"anything.txt": "h1"})
+    run.model(content="done")
+
+    run.add(*after_verification(run.state, [], elapsed_s=0.0))
+
+    assert run.state.status is RunStatus.COMPLETED

@@ -24,6 +24,7 @@ PINNED = {
     "BUDGET_EXHAUSTED": "budget_exhausted",
     "TODO_UPDATED": "todo_updated",
     "PLAN_WRITTEN": "plan_written",
+    "PLAN_APPROVED": "plan_approved",
     "MODE_CHANGED": "mode_changed",
     "NOTE_ADDED": "note_added",
     "VERIFICATION_STARTED": "verification_started",
@@ -37,6 +38,9 @@ PINNED = {
     "TASK_LINKED": "task_linked",
     "PROCESS_STARTED": "process_started",
     "PROCESS_SETTLED": "process_settled",
+    "LEASE_TAKEN_OVER": "lease_taken_over",
+    "WORKSPACE_CHANGED": "workspace_changed",
+    "POLICY_CHANGED": "policy_changed",
 }
 
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from keel.core.errors import ConfigError, ModelError
-from keel.models.base import Message, ModelRequest, ToolCall
+from keel.models.base import Message, ModelRequest, ModelTurn, TokenUsage, ToolCall
 from keel.models.scripted import ScriptedModel
 
 SCRIPT: list[dict[str, Any]] = [
@@ -111,7 +113,12 @@ def test_assert_consumed_accepts_a_resumed_instance_that_reached_the_end() -> No
         ([{"tool_calls": [{"arguments": {}}]}], "turn 0, tool call 0: name must be"),
         (["done"], "turn 0 must be an object, got a string"),
         ([{"usage": {"input_tokens": -1}}], "usage token counts"),
-        ([{"cost": "free"}], "cost must be a non-negative number"),
+        ([{"cost": "free"}], "cost must be a finite number of USD, 0 or more, got 'free'"),
+        ([{"cost": -0.5}], "turn 0: cost must be a finite number of USD, 0 or more, got -0.5"),
+        ([{}, {"cost": math.nan}], "turn 1: cost must be a finite number of USD, 0 or more"),
+        ([{"cost": math.inf}], "cost must be a finite number of USD, 0 or more, got inf"),
+        ([{"cost": 10**400}], "cost must be a finite number of USD"),
+        ([{"usage": {"output_tokens": 10**13}}], "usage token counts must be whole numbers"),
     ],
 )
 def test_a_broken_script_is_refused_naming_the_turn(script: list[Any], message: str) -> None:
@@ -120,7 +127,31 @@ def test_a_broken_script_is_refused_naming_the_turn(script: list[Any], message: 
     assert message in str(err.value)
 
 
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e999"])
+def test_a_script_file_spelling_a_non_finite_cost_is_refused_naming_file_and_turn(
+    tmp_path: Path, literal: str
+) -> None:
+    script = tmp_path / "turns.json"
+    script.write_text(f'[{{"content": "x", "cost": {literal}}}]')
+
+    with pytest.raises(ConfigError, match=r"turns.json: turn 0: cost must be a finite number"):
+        ScriptedModel.from_file(script)
+
+
 def test_script_round_trips_through_json() -> None:
     model = ScriptedModel(json.loads(json.dumps(SCRIPT)), spec="scripted:demo.json")
     assert model.spec == "scripted:demo.json"
     assert len(model) == 2
+
+
+@pytest.mark.parametrize("cost", [math.nan, math.inf, -1.0, 10**400])
+def test_any_model_turn_with_a_cost_that_is_not_finite_is_a_model_error(cost: float) -> None:
+    """A Model of the Python API cannot slip a bogus cost past the budget either."""
+    with pytest.raises(ModelError, match="cost must be a finite number of USD, 0 or more"):
+        ModelTurn(
+            content="x",
+            tool_calls=(),
+            usage=TokenUsage(input_tokens=0, output_tokens=0),
+            cost=cost,
+            model="custom",
+        )

@@ -12,7 +12,7 @@ import pytest
 
 from keel.core.errors import NothingPending, UsageError
 from keel.core.events import Event, EventType, NewEvent
-from keel.core.state import RunOptions, RunState
+from keel.core.state import Grant, RunOptions, RunState
 from keel.policy import (
     approval_digest,
     approval_request,
@@ -22,18 +22,26 @@ from keel.policy import (
     is_expired,
     risk_of,
 )
+from keel.policy.approvals import DEFAULT_GRANT_TTL_S, grant_usable, usable_ttl
+from keel.policy.plans import plan_digest
 
 WORKSPACE = Path("/srv/work/project")
 NOW = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
 PUSH = {"argv": ["git", "push", "origin", "main"], "timeout_seconds": 60}
 
 
-def fold(*new_events: NewEvent, state: RunState | None = None) -> RunState:
+def fold(
+    *new_events: NewEvent, state: RunState | None = None, options: RunOptions | None = None
+) -> RunState:
     """Apply ``new_events`` as the store would: numbered in order, after ``state``."""
     if state is None:
         created = NewEvent(
             type=EventType.RUN_CREATED,
-            data={"goal": "g", "workspace": str(WORKSPACE), "options": RunOptions().to_dict()},
+            data={
+                "goal": "g",
+                "workspace": str(WORKSPACE),
+                "options": (options or RunOptions()).to_dict(),
+            },
         )
         state, new_events = RunState(run_id="run_1"), (created, *new_events)
     for new in new_events:
@@ -234,3 +242,118 @@ def test_request_without_timeout_never_expires() -> None:
     assert waiting.pending.expires_at is None
     later = NOW + timedelta(days=365)
     assert decide_approval(waiting, approve=True, by="ana", reason=None, now=later).data["digest"]
+
+
+# --- grants expire, and any attempt uses them up ----------------------------------------
+
+
+def test_a_grant_records_its_expiry_24_hours_after_the_approval_by_default() -> None:
+    waiting = fold(request())
+
+    granted = decide_approval(waiting, approve=True, by="ana", reason=None, now=NOW)
+    state = fold(granted, state=waiting)
+
+    assert granted.data["expires_at"] == "2025-03-02T12:00:00+00:00"
+    assert DEFAULT_GRANT_TTL_S == 24 * 3600
+    digest = approval_digest("run_command", PUSH, WORKSPACE)
+    assert state.grants == {
+        digest: Grant(call_id="call_1", tool="run_command", expires_at="2025-03-02T12:00:00+00:00")
+    }
+
+
+def test_the_runs_grant_ttl_sets_the_expiry_and_an_expired_grant_no_longer_matches() -> None:
+    waiting = fold(request(), options=RunOptions(grant_ttl_s=90))
+    state = fold(
+        decide_approval(waiting, approve=True, by="ana", reason=None, now=NOW), state=waiting
+    )
+    digest = approval_digest("run_command", PUSH, WORKSPACE)
+
+    assert state.grants[digest].expires_at == "2025-03-01T12:01:30+00:00"
+    assert grant_usable(state, digest, NOW + timedelta(seconds=89))
+    assert not grant_usable(state, digest, NOW + timedelta(seconds=90))
+    assert grant_matches(state, "run_command", PUSH, WORKSPACE, now=NOW) == digest
+    late = NOW + timedelta(minutes=5)
+    assert grant_matches(state, "run_command", PUSH, WORKSPACE, now=late) is None
+
+
+def test_a_denial_records_no_expiry_and_grants_nothing() -> None:
+    waiting = fold(request())
+
+    denial = decide_approval(waiting, approve=False, by="ana", reason="no", now=NOW)
+
+    assert "expires_at" not in denial.data
+
+
+@pytest.mark.parametrize("outcome", [EventType.TOOL_FAILED, EventType.TOOL_FINISHED])
+def test_the_approved_calls_outcome_uses_the_grant_up_even_without_naming_it(
+    outcome: EventType,
+) -> None:
+    """A failure recorded for the granted call (e.g. a policy refusal on resume) spends it."""
+    waiting = fold(request())
+    granted = fold(
+        decide_approval(waiting, approve=True, by="ana", reason=None, now=NOW), state=waiting
+    )
+
+    after = fold(
+        NewEvent(type=outcome, data={"call_id": "call_1", "tool": "run_command", "message": "x"}),
+        state=granted,
+    )
+
+    assert after.grants == {}
+
+
+def test_another_calls_outcome_leaves_the_grant_alone() -> None:
+    waiting = fold(request())
+    granted = fold(
+        decide_approval(waiting, approve=True, by="ana", reason=None, now=NOW), state=waiting
+    )
+
+    after = fold(
+        NewEvent(type=EventType.TOOL_FAILED, data={"call_id": "call_9", "tool": "read_file"}),
+        state=granted,
+    )
+
+    assert after.grants == granted.grants
+
+
+def test_asking_again_for_the_same_call_supersedes_its_expired_grant() -> None:
+    waiting = fold(request())
+    granted = fold(
+        decide_approval(waiting, approve=True, by="ana", reason=None, now=NOW), state=waiting
+    )
+
+    again = fold(request(), state=granted)
+
+    assert again.grants == {}
+    assert again.pending is not None
+
+
+@pytest.mark.parametrize(
+    ("stored", "used"), [(None, 60.0), (0, 60.0), (-5, 60.0), (float("nan"), 60.0), (30, 30.0)]
+)
+def test_a_stored_timeout_that_cannot_be_used_falls_back_to_the_default(
+    stored: float | None, used: float
+) -> None:
+    """Runs stored before options were checked (``--approval-timeout -5``) stay resumable."""
+    assert usable_ttl(stored, 60.0) == used
+
+
+def test_approving_a_plan_records_the_sha256_of_the_plan_the_reviewer_read() -> None:
+    plan = "1. fix the parser\n"
+    waiting = fold(
+        NewEvent(
+            type=EventType.APPROVAL_REQUESTED,
+            data={
+                "kind": "plan",
+                "call_id": "call_2",
+                "tool": "plan_exit",
+                "arguments": {"summary": "fix", "plan": plan},
+                "digest": "d" * 64,
+            },
+        )
+    )
+
+    granted = decide_approval(waiting, approve=True, by="ana", reason=None, now=NOW)
+
+    assert granted.data["plan_sha256"] == plan_digest(plan)
+    assert plan_digest(plan) == hashlib.sha256(plan.encode()).hexdigest()

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from keel.core.events import Event, EventType, NewEvent
-from keel.core.state import RunOptions, RunState, Todo
+from keel.core.state import RunOptions, RunState, Todo, in_plan_paths
 from keel.policy import Mode, Policy, plan_approved_events, todos_from_plan
+from keel.policy.plans import plan_change_decision, plan_digest, plan_paths
 
 PLAN = """# Plan
 1. Read the failing test
@@ -92,6 +93,22 @@ def test_after_approval_the_same_write_is_allowed() -> None:
     assert (before.action, then.action) == ("deny", "allow")
 
 
+def test_approval_records_the_plans_digest_and_paths_before_the_mode_changes() -> None:
+    state = planning_run("edit", plan=PLAN + "\nPaths:\n- src/parser.py\n")
+
+    events = plan_approved_events(state, call_id="call_7")
+    after = apply(state, events)
+
+    assert [e.type for e in events][:2] == [EventType.PLAN_APPROVED, EventType.MODE_CHANGED]
+    assert events[0].data == {
+        "call_id": "call_7",
+        "plan_sha256": plan_digest(state.plan or ""),
+        "paths": ["src/parser.py"],
+    }
+    assert after.approved_plan_sha256 == plan_digest(state.plan or "")
+    assert after.plan_paths == ("src/parser.py",)
+
+
 def test_approval_without_a_written_plan_switches_mode_and_keeps_todos() -> None:
     state = planning_run("edit", plan=None)
 
@@ -99,3 +116,104 @@ def test_approval_without_a_written_plan_switches_mode_and_keeps_todos() -> None
 
     assert [e.type for e in events] == [EventType.MODE_CHANGED]
     assert events[0].data == {"from": "plan", "to": "edit"}
+
+
+# --- the paths a plan names ---------------------------------------------------------------
+
+PLAN_WITH_PATHS = """# Plan
+1. Fix the parser
+2. Run pytest
+
+## Paths
+- src/parser.py: the tokenizer
+- `tests/test_parser.py` and `tests/data/*`
+- ./docs/
+
+Afterwards:
+- [ ] tell the team
+"""
+
+
+def test_a_paths_section_lists_one_glob_per_item_or_each_backticked_path() -> None:
+    assert plan_paths(PLAN_WITH_PATHS) == (
+        "src/parser.py",
+        "tests/test_parser.py",
+        "tests/data/*",
+        "docs/",
+    )
+
+
+def test_the_items_of_a_paths_section_are_not_todos() -> None:
+    assert [t.content for t in todos_from_plan(PLAN_WITH_PATHS)] == [
+        "Fix the parser",
+        "Run pytest",
+        "tell the team",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("plan", "paths"),
+    [
+        ("Paths: src/, `README.md`\n1. edit\n", ("src/", "README.md")),
+        ("**Paths:**\n\n- a.py\n\n- b.py\nDone.\n- c.py\n", ("a.py", "b.py")),
+        ("paths:\n* /abs/x.py\n", ("abs/x.py",)),
+        ("Paths:\n", ()),
+        ("1. fix it\n", None),
+        ("Paths are hard to name.\n- a.py\n", None),
+        ("- Paths: a.py\n", None),
+    ],
+)
+def test_paths_syntax(plan: str, paths: tuple[str, ...] | None) -> None:
+    assert plan_paths(plan) == paths
+
+
+@pytest.mark.parametrize(
+    ("path", "covered"),
+    [
+        ("src/parser.py", True),
+        ("src/deep/x.txt", True),  # a directory covers what is below it
+        ("tests/test_a.py", True),
+        ("tests/unit/test_b.py", True),  # * also matches /
+        ("setup.py", False),
+        ("lib/src/parser.py", False),  # entries are anchored at the workspace root
+        ("srcx/a.py", False),
+    ],
+)
+def test_plan_paths_are_globs_from_the_workspace_root(path: str, covered: bool) -> None:
+    assert in_plan_paths(path, ("src", "tests/test_*.py", "tests/*/test_*.py")) is covered
+
+
+# --- an approved plan is changed only with a new approval ----------------------------------
+
+
+def test_replacing_the_approved_plan_asks_and_rewriting_it_unchanged_does_not() -> None:
+    state = planning_run("edit")
+    approved = apply(state, plan_approved_events(state))
+    workspace = Path("/w")
+
+    changed = plan_change_decision(
+        approved, "plan_write", "write", {"content": "delete everything"}, workspace=workspace
+    )
+    same = plan_change_decision(
+        approved, "plan_write", "write", {"content": PLAN}, workspace=workspace
+    )
+    before_approval = plan_change_decision(
+        state, "plan_write", "write", {"content": "anything"}, workspace=workspace
+    )
+
+    assert changed is not None and (changed.action, changed.rule) == ("ask", "plan")
+    assert "approved plan" in changed.reason and "new approval" in changed.reason
+    assert same is None and before_approval is None
+
+
+@pytest.mark.parametrize("path", ["plans/PLAN.md", "./plans/../plans/PLAN.md", "/w/plans/PLAN.md"])
+def test_other_tools_may_not_rewrite_the_approved_plan_file(path: str) -> None:
+    state = planning_run("edit")
+    approved = apply(state, plan_approved_events(state))
+
+    verdict = plan_change_decision(
+        approved, "write_file", "write", {"path": path, "content": "x"}, workspace=Path("/w")
+    )
+
+    assert verdict is not None and verdict.action == "deny"
+    assert "change it with plan_write" in verdict.reason

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from keel.core.events import Event, EventType, NewEvent
-from keel.core.state import RunOptions, RunState, transition
+from keel.core.state import Grant, RunOptions, RunState, transition
 from keel.core.status import RunStatus
 from keel.testing.stores import legal_step
 
@@ -156,3 +156,53 @@ def test_snapshot_round_trips_and_equals_a_fresh_fold() -> None:
             log.add(*step)
         assert RunState.from_dict(log.state.to_dict()) == log.state
         assert RunState.from_events(log.events) == log.state
+
+
+def test_a_snapshot_from_before_grants_expired_still_loads_its_grants() -> None:
+    log = Log()
+    stored = {**log.state.to_dict(), "grants": {"d1": "call_1"}}
+
+    state = RunState.from_dict(stored)
+
+    assert state.grants == {"d1": Grant(call_id="call_1")}
+    assert state.grants["d1"].expires_at is None  # recorded before expiry: it never expires
+    assert RunState.from_dict(state.to_dict()) == state
+
+
+def test_grants_plan_digest_and_paths_survive_the_snapshot() -> None:
+    log = Log()
+    log.add(
+        NewEvent(
+            type=EventType.APPROVAL_GRANTED,
+            data={
+                "call_id": "c1",
+                "tool": "write_file",
+                "digest": "d1",
+                "expires_at": "2025-01-02T00:00:00+00:00",
+            },
+        ),
+        NewEvent(type=EventType.PLAN_APPROVED, data={"plan_sha256": "abc", "paths": ["src/"]}),
+    )
+
+    again = RunState.from_dict(log.state.to_dict())
+
+    assert again == log.state
+    assert again.grants["d1"].expires_at == "2025-01-02T00:00:00+00:00"
+    assert (again.approved_plan_sha256, again.plan_paths) == ("abc", ("src/",))
+
+
+def test_a_deleted_file_outside_the_plans_paths_is_a_change_outside_the_plan() -> None:
+    log = Log()
+    log.add(
+        NewEvent(type=EventType.PLAN_APPROVED, data={"plan_sha256": "abc", "paths": ["src/"]}),
+        NewEvent(
+            type=EventType.TOOL_FINISHED,
+            data={
+                "call_id": "c1",
+                "tool": "run_command",
+                "changed_files": {"src/a.py": "h", "README.md": "", "plans/PLAN.md": "p"},
+            },
+        ),
+    )
+
+    assert log.state.changes_outside_plan() == ["README.md"]

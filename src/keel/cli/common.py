@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -57,5 +58,36 @@ def keel_errors(fn: Callable[P, R]) -> Callable[P, R]:
 
 
 def print_json(value: Any) -> None:
-    sys.stdout.write(json.dumps(value, default=str, ensure_ascii=False) + "\n")
+    """One line of strict JSON (RFC 8259) on stdout, whatever ``value`` holds.
+
+    ``NaN`` and infinities are not JSON: they are printed as ``null`` (Keel refuses
+    them where they enter, so only a log written before that holds them). Text
+    that cannot be encoded (a lone surrogate) is printed as a ``\\u`` escape.
+    """
+    sys.stdout.write(json_line(value) + "\n")
     sys.stdout.flush()
+
+
+def json_line(value: Any) -> str:
+    """``value`` as strict JSON text on one line (see ``print_json``)."""
+    try:
+        text = json.dumps(value, default=str, ensure_ascii=False, allow_nan=False)
+    except ValueError:  # a NaN or an infinity somewhere
+        text = json.dumps(_finite(value), default=str, ensure_ascii=False, allow_nan=False)
+    encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+    try:
+        text.encode(encoding)
+    except (UnicodeEncodeError, LookupError):
+        text = json.dumps(json.loads(text), ensure_ascii=True, allow_nan=False)
+    return text
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN and infinity replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value

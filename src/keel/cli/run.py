@@ -25,8 +25,10 @@ from keel.cli.common import (
 )
 from keel.cli.live import LiveView
 from keel.cli.runs import answer_store_flag, describe_wait
-from keel.core.budget import Budget
-from keel.core.events import Event
+from keel.cli.waiting import LeaseCountdown, lease_held_line, taken_over_line
+from keel.core.budget import Budget, check_budget, check_seconds
+from keel.core.errors import LeaseHeld
+from keel.core.events import Event, EventType
 from keel.core.state import RunState
 from keel.core.status import RunStatus
 from keel.runtime.harness import Harness, RunOutcome
@@ -51,15 +53,19 @@ def run_command(
     plan_then: str | None = typer.Option(
         None, "--plan-then", help="Start in plan mode; after approval switch to edit or auto."
     ),
-    max_steps: int = typer.Option(50, "--max-steps", min=1),
-    max_tool_calls: int = typer.Option(200, "--max-tool-calls", min=1),
-    max_tokens: int | None = typer.Option(None, "--max-tokens", min=1),
-    max_cost: float | None = typer.Option(None, "--max-cost", min=0.0),
-    timeout: float | None = typer.Option(None, "--timeout", min=0.0, help="Wall seconds."),
+    # Ranges are checked by ``check_run_options`` (one line naming the option), not by click.
+    max_steps: int = typer.Option(50, "--max-steps", help="Model turns (1 or more)."),
+    max_tool_calls: int = typer.Option(200, "--max-tool-calls", help="Tool calls (1 or more)."),
+    max_tokens: int | None = typer.Option(None, "--max-tokens", help="Tokens (1 or more)."),
+    max_cost: float | None = typer.Option(None, "--max-cost", help="US dollars (above 0)."),
+    timeout: float | None = typer.Option(None, "--timeout", help="Wall seconds (above 0)."),
     verify: list[str] = typer.Option([], "--verify", help="A verifier command (repeatable)."),
     policy: Path | None = typer.Option(None, "--policy", help="A policy TOML file."),
     approval_timeout: float | None = typer.Option(
-        None, "--approval-timeout", help="Seconds an approval may stay unanswered."
+        None,
+        "--approval-timeout",
+        help="Seconds an approval request may stay unanswered (above 0; default 24 h, "
+        "or [approvals] timeout_seconds).",
     ),
     sandbox: str | None = typer.Option(
         None, "--sandbox", help="required, auto (default) or off: confine commands with bubblewrap."
@@ -80,6 +86,7 @@ def run_command(
         max_cost=max_cost,
         max_wall_seconds=timeout,
     )
+    check_run_options(budget, approval_timeout)  # before the store is even opened
     harness = Harness(store=store_url(store), model=model)
     state = harness.create(
         task,
@@ -104,6 +111,21 @@ def run_command(
     _drive(harness, state.run_id, json_out, answer_store_flag(store))
 
 
+RUN_OPTION_NAMES = {
+    "max_steps": "--max-steps",
+    "max_tool_calls": "--max-tool-calls",
+    "max_tokens": "--max-tokens",
+    "max_cost": "--max-cost",
+    "max_wall_seconds": "--timeout",
+}
+
+
+def check_run_options(budget: Budget, approval_timeout: float | None) -> None:
+    """ConfigError (exit 2, one line) naming the first option out of its accepted range."""
+    check_budget(budget, RUN_OPTION_NAMES)
+    check_seconds("--approval-timeout", approval_timeout)
+
+
 def _warn_unconfined(harness: Harness, state: RunState) -> None:
     """Say once that commands run unconfined (``sandbox: none`` is on every call's record)."""
     containment = harness.containment(state)
@@ -126,14 +148,26 @@ def resume_command(
     run_id: str = typer.Argument(...),
     json_out: bool = JsonOption,
     model: str | None = typer.Option(None, "--model", help="Override the run's model spec."),
+    no_wait: bool = typer.Option(
+        False, "--no-wait", help="Exit 2 at once if a live process holds the run."
+    ),
     store: str | None = StoreOption,
 ) -> None:
-    """Continue a run that stopped cleanly, was interrupted, or crashed."""
+    """Continue a run that stopped cleanly, was interrupted, or crashed.
+
+    A run whose process died on this machine is taken over at once; one a live process
+    holds is waited for, with a countdown, until its lease lapses (--no-wait: exit 2).
+    """
     harness = Harness(store=store_url(store), model=model)
-    _drive(harness, run_id, json_out, answer_store_flag(store))
+    try:
+        _drive(harness, run_id, json_out, answer_store_flag(store), wait=0.0 if no_wait else None)
+    except LeaseHeld as exc:
+        fail(lease_held_line(exc, run_id))
 
 
-def _drive(harness: Harness, run_id: str, json_out: bool, store_flag: str) -> None:
+def _drive(
+    harness: Harness, run_id: str, json_out: bool, store_flag: str, *, wait: float | None = 0.0
+) -> None:
     view = None if json_out else LiveView()
 
     def on_event(event: Event, state: RunState) -> None:
@@ -141,12 +175,14 @@ def _drive(harness: Harness, run_id: str, json_out: bool, store_flag: str) -> No
             print_json(event.to_dict())
         elif view is not None:
             view.on_event(event, state)
+        if event.type is EventType.LEASE_TAKEN_OVER:
+            err_console.print(taken_over_line(event), highlight=False, soft_wrap=True)
 
     harness.on_event = on_event
     while True:
         try:
             with view if view is not None else nullcontext():
-                outcome = harness.resume(run_id)
+                outcome = harness.resume(run_id, wait=wait, on_wait=LeaseCountdown())
         except KeyboardInterrupt:
             err_console.print(f"interrupted: run {run_id} stays resumable — `keel resume {run_id}`")
             raise typer.Exit(130) from None

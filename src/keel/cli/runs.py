@@ -1,6 +1,9 @@
 """``keel runs``, ``keel show`` and ``keel events``: read-only views of the run store.
 
-These commands never create a database: a missing file is reported, not made.
+These commands never create a database: a missing file is reported, not made. A run
+whose event log is damaged (``LogDamaged``: an event missing, out of place or not what
+its hash says) makes ``show`` and ``events`` exit 2 with one line naming the event;
+``runs`` lists it marked ``damaged`` among the others.
 """
 
 from __future__ import annotations
@@ -19,13 +22,14 @@ from keel.cli.common import (
     JsonOption,
     StoreOption,
     console,
+    err_console,
     fail,
     keel_errors,
     print_json,
     store_url,
 )
 from keel.core.budget import Dimension
-from keel.core.errors import RunNotFound
+from keel.core.errors import LogDamaged, RunNotFound
 from keel.core.events import Event, EventType
 from keel.core.state import RunState
 from keel.core.status import RunStatus
@@ -79,9 +83,9 @@ def runs_command(
     as_json: bool = JsonOption,
     store: str | None = StoreOption,
 ) -> None:
-    """List runs, newest first."""
+    """List runs, newest first (a run whose event log is damaged is marked so)."""
     with reading(store) as st:
-        runs = st.list_runs(status=status, limit=limit)
+        runs = st.survey_runs(status=status, limit=limit)
     if as_json:
         print_json([run_summary(r) for r in runs])
         return
@@ -94,6 +98,10 @@ def runs_command(
     table.add_column("GOAL", overflow="fold", min_width=16)
     table.add_column("REASON", overflow="fold", min_width=12)
     for run in runs:
+        if isinstance(run, LogDamaged):
+            damage = f"event log damaged at seq {run.seq}: {run.detail}"
+            table.add_row(run.run_id, "[bold red]damaged[/]", "-", "-", "-", escape(damage))
+            continue
         table.add_row(
             run.run_id,
             styled_status(run.status),
@@ -103,9 +111,23 @@ def runs_command(
             escape(excerpt(run.reason or "", 60)),
         )
     console.print(table)
+    damaged = [r.run_id for r in runs if isinstance(r, LogDamaged)]
+    if damaged:
+        err_console.print(
+            f"{len(damaged)} run(s) with a damaged event log: `keel verify --all` names "
+            "the first bad event of each",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
-def run_summary(run: RunState) -> dict[str, Any]:
+def run_summary(run: RunState | LogDamaged) -> dict[str, Any]:
+    if isinstance(run, LogDamaged):
+        return {
+            "run_id": run.run_id,
+            "status": None,
+            "damaged": {"seq": run.seq, "detail": run.detail, "message": str(run)},
+        }
     return {
         "run_id": run.run_id,
         "status": run.status.value,
@@ -172,6 +194,17 @@ def describe_run(run: RunState, *, store_flag: str = "") -> list[str]:
                 f"  {mark}  {escape(v.command)}  rev {v.mutation_revision}  "
                 f"{v.duration_s:.1f}s  {v.artifact or '-'}"
             )
+    if run.approved_plan_sha256:
+        lines.append("[bold]plan[/]")
+        lines.append(f"  approved   sha256 {run.approved_plan_sha256[:16]}")
+        if run.plan_paths is not None:
+            named = ", ".join(run.plan_paths) or "none (the plan changes no files)"
+            lines.append(f"  paths      {escape(named)}")
+    if run.grants:
+        lines.append("[bold]unused approvals[/]")
+        for grant in run.grants.values():
+            expiry = f"expires {grant.expires_at}" if grant.expires_at else "no expiry recorded"
+            lines.append(f"  {escape(grant.tool or '?')} (call {grant.call_id})  {expiry}")
     if run.verification_gaps() and not run.status.terminal:
         lines.append("[bold]verification gaps[/]")
         lines += [f"  {escape(gap)}" for gap in run.verification_gaps()]

@@ -1,12 +1,24 @@
-"""Budgets: limits, usage, which dimension ran out, and the 80 % warning line."""
+"""Budgets: limits, usage, which dimension ran out, and the 80 % warning line.
+
+Limits and timeouts are checked before a run is created (``check_budget``,
+``check_seconds``): a count is a whole number from 1 to ``MAX_COUNT``, an amount
+of money or seconds a finite number above 0 (seconds at most ``MAX_SECONDS``, so
+a deadline computed from them is a real date). ``None`` means unlimited.
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from keel.core.errors import ConfigError
+
 WARNING_FRACTION = 0.8
+MAX_COUNT = 10**12  # steps, tool calls, tokens: far beyond any real run
+MAX_SECONDS = 10**9  # about 31 years: now + this stays a valid date
 
 
 class Dimension(StrEnum):
@@ -133,6 +145,7 @@ class Budget:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Budget:
+        """Stored limits as they were written (checked when the run was created)."""
         return cls(
             max_steps=d.get("max_steps"),
             max_tool_calls=d.get("max_tool_calls"),
@@ -140,3 +153,73 @@ class Budget:
             max_cost=d.get("max_cost"),
             max_wall_seconds=d.get("max_wall_seconds"),
         )
+
+
+# --- checks before a run is created --------------------------------------------------------
+
+# How the Python API names each limit; the CLI passes its option names instead.
+BUDGET_FIELDS: Mapping[str, str] = {
+    "max_steps": "max_steps",
+    "max_tool_calls": "max_tool_calls",
+    "max_tokens": "max_tokens",
+    "max_cost": "max_cost",
+    "max_wall_seconds": "max_wall_seconds",
+}
+
+
+def check_count(label: str, value: object) -> None:
+    """ConfigError naming ``label`` unless ``value`` is None or a whole number in 1..MAX_COUNT."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
+        raise ConfigError(
+            f"{label} must be a whole number from 1 to {MAX_COUNT}, got {_shown(value)}"
+        )
+
+
+def check_amount(label: str, value: object, *, unit: str) -> None:
+    """ConfigError naming ``label`` unless ``value`` is None or a finite number above 0."""
+    if value is None:
+        return
+    number = _as_float(value)
+    if number is None or not 0 < number < math.inf:
+        raise ConfigError(f"{label} must be a finite number above 0 ({unit}), got {_shown(value)}")
+
+
+def check_seconds(label: str, value: object) -> None:
+    """ConfigError naming ``label`` unless ``value`` is None or seconds in (0, MAX_SECONDS]."""
+    if value is None:
+        return
+    number = _as_float(value)
+    if number is None or not 0 < number <= MAX_SECONDS:
+        raise ConfigError(
+            f"{label} must be a number of seconds above 0 and at most {MAX_SECONDS}, "
+            f"got {_shown(value)}"
+        )
+
+
+def check_budget(budget: Budget, labels: Mapping[str, str] = BUDGET_FIELDS) -> None:
+    """ConfigError naming the first limit (as ``labels`` call it) that is out of range."""
+    check_count(labels["max_steps"], budget.max_steps)
+    check_count(labels["max_tool_calls"], budget.max_tool_calls)
+    check_count(labels["max_tokens"], budget.max_tokens)
+    check_amount(labels["max_cost"], budget.max_cost, unit="USD")
+    check_seconds(labels["max_wall_seconds"], budget.max_wall_seconds)
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def _as_float(value: object) -> float | None:
+    """``value`` as a float (NaN and infinities included); None for non-numbers and bools.
+
+    An integer too large for a float becomes infinity, so it fails the range checks.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf

@@ -19,13 +19,15 @@
         ├── BudgetExhausted        a budget dimension ran out
         ├── ModelError             the provider refused or kept failing
         ├── ToolError              a tool could not do what was asked (shown to the model)
-        │   └── ToolArgumentError  the model's arguments are not JSON or miss the schema
+        │   ├── ToolArgumentError  the model's arguments are not JSON or miss the schema
+        │   └── ToolTimedOut       a call passed its deadline and was stopped
         └── StoreError             the store cannot serve the request
             ├── ConcurrentUpdate   a writer's expected sequence was stale; nothing written
             ├── LeaseLost          a lease holder's token is no longer valid; nothing written
             ├── LeaseHeld          another live process holds the lease
             ├── SchemaTooNew       the database was written by a newer Keel
-            └── StoreCorrupt       the file is not a Keel database
+            ├── StoreCorrupt       the file is not a Keel database
+            └── LogDamaged         a run's event log is not the one Keel appended
 
 Context lives in attributes (``run_id``, ``task_id``); messages say what to do next.
 """
@@ -168,6 +170,11 @@ class ToolArgumentError(ToolError):
         self.problems = problems
 
 
+class ToolTimedOut(ToolError):
+    """A call passed its deadline (its own limit or the run's wall time) and was stopped;
+    the message says how far it got."""
+
+
 class StoreError(RunFailure):
     """The store cannot serve the request."""
 
@@ -214,3 +221,14 @@ class StoreCorrupt(StoreError):
     def __init__(self, location: str, detail: str) -> None:
         super().__init__(f"{location} is not a readable Keel database: {detail}")
         self.location = location
+
+
+class LogDamaged(StoreError):
+    """A run's events are not the chain its writers appended (see ``keel.core.chain``):
+    one is missing, out of place, beyond the run's head or changed."""
+
+    def __init__(self, run_id: str, seq: int, detail: str) -> None:
+        super().__init__(f"event log of {run_id} damaged at seq {seq}: {detail}")
+        self.run_id = run_id
+        self.seq = seq
+        self.detail = detail

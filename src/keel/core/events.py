@@ -31,6 +31,7 @@ class EventType(StrEnum):
     BUDGET_EXHAUSTED = "budget_exhausted"  # dimension, used, limit
     TODO_UPDATED = "todo_updated"  # the whole new list
     PLAN_WRITTEN = "plan_written"  # plan content
+    PLAN_APPROVED = "plan_approved"  # sha256 of the approved plan, the paths it names
     MODE_CHANGED = "mode_changed"  # from, to
     NOTE_ADDED = "note_added"  # a harness observation for the model (gaps, replan)
     VERIFICATION_STARTED = "verification_started"  # commands, mutation revision
@@ -44,6 +45,9 @@ class EventType(StrEnum):
     TASK_LINKED = "task_linked"  # the task this run executes
     PROCESS_STARTED = "process_started"  # call id, process group, host, boot id, start time
     PROCESS_SETTLED = "process_settled"  # call id, what resume did with a command still running
+    LEASE_TAKEN_OVER = "lease_taken_over"  # the dead local holder's owner, host, pid; why
+    WORKSPACE_CHANGED = "workspace_changed"  # files changed while stopped: path -> sha256 now
+    POLICY_CHANGED = "policy_changed"  # the policy file read again on resume: new rules, summary
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,6 +68,7 @@ class Event:
     type: EventType
     recorded_at: datetime  # always UTC
     data: dict[str, Any]
+    hash: str = ""  # sha256 chained to the previous event's (keel.core.chain); "" unstored
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -73,4 +78,5 @@ class Event:
             "type": self.type.value,
             "recorded_at": self.recorded_at.isoformat(),
             "data": self.data,
+            "hash": self.hash,
         }

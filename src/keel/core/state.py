@@ -10,15 +10,18 @@ steps, so persisting a step costs O(new events).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from fnmatch import fnmatchcase
 from typing import Any
 
 from keel.core.budget import Budget, Usage
 from keel.core.events import Event, EventType, NewEvent
+from keel.core.guard import PLAN_FILE
 from keel.core.status import RunStatus, check_transition
 
 RECENT_WINDOW = 3  # how many recent calls / errors the no-progress check looks at
 NOTES_KEPT = 20
+OUTSIDE_SHOWN = 20  # files named in an out-of-plan gap
 
 
 def canonical_json(value: Any) -> str:
@@ -34,7 +37,8 @@ class RunOptions:
     mode: str = "edit"
     verify: tuple[str, ...] = ()
     budget: Budget = field(default_factory=Budget)
-    approval_timeout_s: float | None = None
+    approval_timeout_s: float | None = None  # how long a request may wait; None: 24 h
+    grant_ttl_s: float | None = None  # how long a granted approval stays usable; None: 24 h
     plan_then: str | None = None
     policy: dict[str, Any] | None = None
     sandbox: dict[str, Any] | None = None  # SandboxSettings.to_dict(); None: the defaults
@@ -46,6 +50,7 @@ class RunOptions:
             "verify": list(self.verify),
             "budget": self.budget.to_dict(),
             "approval_timeout_s": self.approval_timeout_s,
+            "grant_ttl_s": self.grant_ttl_s,
             "plan_then": self.plan_then,
             "policy": self.policy,
             "sandbox": self.sandbox,
@@ -59,6 +64,7 @@ class RunOptions:
             verify=tuple(d.get("verify", ())),
             budget=Budget.from_dict(d.get("budget", {})),
             approval_timeout_s=d.get("approval_timeout_s"),
+            grant_ttl_s=d.get("grant_ttl_s"),
             plan_then=d.get("plan_then"),
             policy=d.get("policy"),
             sandbox=d.get("sandbox"),
@@ -149,6 +155,28 @@ class PendingRequest:
         )
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Grant:
+    """A person's approval of one exact call, not used yet; ``RunState.grants`` keys it by
+    the call's digest. The attempt it approved uses it up, whatever the outcome."""
+
+    call_id: str  # the call that asked
+    tool: str | None = None
+    expires_at: str | None = None  # ISO-8601 UTC; None only in logs older than grant expiry
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"call_id": self.call_id, "tool": self.tool, "expires_at": self.expires_at}
+
+    @classmethod
+    def from_value(cls, value: Any) -> Grant:
+        """A stored grant; a bare call id is the snapshot format before grants expired."""
+        if isinstance(value, str):
+            return cls(call_id=value)
+        return cls(
+            call_id=value["call_id"], tool=value.get("tool"), expires_at=value.get("expires_at")
+        )
+
+
 @dataclass(frozen=True, kw_only=True)  # no slots: the fold copies its __dict__ (see _evolve)
 class RunState:
     """Everything the next step of a run needs; a pure fold of the run's events."""
@@ -169,9 +197,11 @@ class RunState:
     pending: PendingRequest | None = None
     turn_calls: tuple[dict[str, Any], ...] = ()  # latest model turn's calls without outcome
     open_calls: dict[str, dict[str, Any]] = field(default_factory=dict)  # started, unfinished
-    grants: dict[str, str] = field(default_factory=dict)  # unused approval digest -> call id
+    grants: dict[str, Grant] = field(default_factory=dict)  # unused approvals by call digest
     mode: str = "edit"
     plan: str | None = None
+    approved_plan_sha256: str | None = None  # the plan a person approved; changing it asks
+    plan_paths: tuple[str, ...] | None = None  # paths the approved plan names; None: any
     notes: tuple[str, ...] = ()
     recent_calls: tuple[str, ...] = ()  # signatures of the latest tool calls
     recent_errors: tuple[str, ...] = ()  # latest tool error messages, "" after a success
@@ -180,6 +210,7 @@ class RunState:
     task_id: str | None = None
     result: dict[str, Any] | None = None
     last_seq: int = 0
+    last_hash: str = ""  # chain hash of event last_seq (keel.core.chain); "" before any
     updated_at: str | None = None
 
     # --- folding -------------------------------------------------------------------
@@ -202,12 +233,15 @@ class RunState:
         usage = s.usage.add(wall_seconds=elapsed) if elapsed else s.usage
         stamp = event.recorded_at.isoformat()
         if s is self:
-            return _evolve(s, usage=usage, last_seq=event.seq, updated_at=stamp)
+            return _evolve(
+                s, usage=usage, last_seq=event.seq, last_hash=event.hash, updated_at=stamp
+            )
         # ``s`` is a new object no one else has seen yet: finish it in place rather than
         # copying all fields a second time (the fold runs for every stored event).
         fields = s.__dict__
         fields["usage"] = usage
         fields["last_seq"] = event.seq
+        fields["last_hash"] = event.hash
         fields["updated_at"] = stamp
         return s
 
@@ -233,7 +267,27 @@ class RunState:
                 )
             elif not record.passed:
                 gaps.append(f"{command}: failed with exit code {record.exit_code}")
+        outside = self.changes_outside_plan()
+        if outside:
+            named = ", ".join(outside[:OUTSIDE_SHOWN])
+            extra = len(outside) - OUTSIDE_SHOWN
+            more = f" and {extra} more" if extra > 0 else ""
+            gaps.append(
+                f"changes outside the approved plan's paths: {named}{more} (the plan names "
+                f"{', '.join(self.plan_paths or ()) or 'no paths'}); if they belong to the "
+                "task, name them under Paths: with plan_write (a person approves the new plan)"
+            )
         return gaps
+
+    def changes_outside_plan(self) -> list[str]:
+        """Changed files the approved plan's ``Paths`` do not name (none without paths)."""
+        if self.plan_paths is None:
+            return []
+        return sorted(
+            path
+            for path in self.changed_files
+            if path != PLAN_FILE and not in_plan_paths(path, self.plan_paths)
+        )
 
     def unfinished_todos(self) -> list[str]:
         return [t.content for t in self.todos if t.status != "completed"]
@@ -258,9 +312,11 @@ class RunState:
             "pending": self.pending.to_dict() if self.pending else None,
             "turn_calls": [dict(c) for c in self.turn_calls],
             "open_calls": dict(self.open_calls),
-            "grants": dict(self.grants),
+            "grants": {digest: g.to_dict() for digest, g in self.grants.items()},
             "mode": self.mode,
             "plan": self.plan,
+            "approved_plan_sha256": self.approved_plan_sha256,
+            "plan_paths": None if self.plan_paths is None else list(self.plan_paths),
             "notes": list(self.notes),
             "recent_calls": list(self.recent_calls),
             "recent_errors": list(self.recent_errors),
@@ -269,6 +325,7 @@ class RunState:
             "task_id": self.task_id,
             "result": self.result,
             "last_seq": self.last_seq,
+            "last_hash": self.last_hash,
             "updated_at": self.updated_at,
         }
 
@@ -291,9 +348,11 @@ class RunState:
             pending=PendingRequest.from_dict(d["pending"]) if d.get("pending") else None,
             turn_calls=tuple(dict(c) for c in d.get("turn_calls", ())),
             open_calls=dict(d.get("open_calls", {})),
-            grants=dict(d.get("grants", {})),
+            grants={k: Grant.from_value(v) for k, v in (d.get("grants") or {}).items()},
             mode=d.get("mode", "edit"),
             plan=d.get("plan"),
+            approved_plan_sha256=d.get("approved_plan_sha256"),
+            plan_paths=None if d.get("plan_paths") is None else tuple(d["plan_paths"]),
             notes=tuple(d.get("notes", ())),
             recent_calls=tuple(d.get("recent_calls", ())),
             recent_errors=tuple(d.get("recent_errors", ())),
@@ -302,6 +361,7 @@ class RunState:
             task_id=d.get("task_id"),
             result=d.get("result"),
             last_seq=int(d.get("last_seq", 0)),
+            last_hash=str(d.get("last_hash") or ""),
             updated_at=d.get("updated_at"),
         )
 
@@ -327,6 +387,20 @@ def transition(state: RunState, to: RunStatus, reason: str | None, **extra: Any)
 
 def call_signature(tool: str, arguments: Any) -> str:
     return f"{tool}:{canonical_json(arguments)}"
+
+
+def in_plan_paths(path: str, patterns: tuple[str, ...]) -> bool:
+    """Does a plan's ``Paths`` entry cover ``path`` (workspace-relative, posix)?
+
+    An entry is a glob from the workspace root (``fnmatch``: ``*`` also matches
+    ``/``, so ``*.py`` covers every Python file); an entry naming a directory
+    (``src`` or ``src/``) covers everything below it.
+    """
+    parts = path.split("/")
+    prefixes = ["/".join(parts[:depth]) for depth in range(1, len(parts) + 1)]
+    return any(
+        fnmatchcase(prefix, pattern.strip("/")) for pattern in patterns for prefix in prefixes
+    )
 
 
 # --- one function per event type -------------------------------------------------------
@@ -377,10 +451,22 @@ def _answered(s: RunState, call_id: str | None) -> tuple[dict[str, Any], ...]:
 
 def _tool_started(s: RunState, d: dict[str, Any]) -> RunState:
     open_calls = {**s.open_calls, d["call_id"]: {k: d.get(k) for k in _OPEN_CALL_KEYS}}
-    grants = s.grants
-    if d.get("grant"):
-        grants = {k: v for k, v in s.grants.items() if k != d["grant"]}
-    return _evolve(s, open_calls=open_calls, grants=grants)
+    return _evolve(s, open_calls=open_calls, grants=_spend(s, d))
+
+
+def _spend(s: RunState, d: dict[str, Any]) -> dict[str, Grant]:
+    """The grants left once the attempt of call ``d["call_id"]`` began or ended.
+
+    An attempt uses up the grant it names (``"grant"``) and any grant given to its
+    own call id, whatever its outcome: a granted call that fails (its pre-check,
+    the policy, the tool) leaves no approval behind for a later call.
+    """
+    if not s.grants:
+        return s.grants
+    spent, call_id = d.get("grant"), d.get("call_id")
+    if spent not in s.grants and all(g.call_id != call_id for g in s.grants.values()):
+        return s.grants
+    return {k: g for k, g in s.grants.items() if k != spent and g.call_id != call_id}
 
 
 _OPEN_CALL_KEYS = ("call_id", "key", "tool", "arguments", "effect", "recovery", "intent")
@@ -407,13 +493,10 @@ def _process_settled(s: RunState, d: dict[str, Any]) -> RunState:
 def _tool_finished(s: RunState, d: dict[str, Any]) -> RunState:
     changed: dict[str, str] = d.get("changed_files") or {}
     open_calls = {k: v for k, v in s.open_calls.items() if k != d.get("call_id")}
-    grants = s.grants
-    if d.get("grant"):
-        grants = {k: v for k, v in s.grants.items() if k != d["grant"]}
     signature = call_signature(d.get("tool", ""), d.get("arguments"))
     return _evolve(
         s,
-        grants=grants,
+        grants=_spend(s, d),
         usage=s.usage.add(tool_calls=1),
         turn_calls=_answered(s, d.get("call_id")),
         open_calls=open_calls,
@@ -432,6 +515,7 @@ def _tool_failed(s: RunState, d: dict[str, Any]) -> RunState:
     message = str(d.get("message", ""))
     return _evolve(
         s,
+        grants=_spend(s, d),
         usage=s.usage.add(tool_calls=1),
         turn_calls=_answered(s, d.get("call_id")),
         open_calls=open_calls,
@@ -476,8 +560,12 @@ def _call_reconciled(s: RunState, d: dict[str, Any]) -> RunState:
 
 def _approval_requested(s: RunState, d: dict[str, Any]) -> RunState:
     kind = d.get("kind", "approval")
+    digest = d.get("digest")
+    # Asking again for a call supersedes its old (expired) grant.
+    grants = {k: g for k, g in s.grants.items() if k != digest} if digest in s.grants else s.grants
     return _evolve(
         s,
+        grants=grants,
         pending=PendingRequest(
             kind=kind,
             call_id=d["call_id"],
@@ -491,7 +579,10 @@ def _approval_requested(s: RunState, d: dict[str, Any]) -> RunState:
 
 
 def _approval_granted(s: RunState, d: dict[str, Any]) -> RunState:
-    grants = {**s.grants, d["digest"]: d["call_id"]} if d.get("digest") else s.grants
+    grants = s.grants
+    if d.get("digest"):
+        grant = Grant(call_id=d["call_id"], tool=d.get("tool"), expires_at=d.get("expires_at"))
+        grants = {**s.grants, d["digest"]: grant}
     return _evolve(s, pending=None, grants=grants)
 
 
@@ -522,6 +613,15 @@ def _plan_written(s: RunState, d: dict[str, Any]) -> RunState:
     return _evolve(s, plan=d.get("content"))
 
 
+def _plan_approved(s: RunState, d: dict[str, Any]) -> RunState:
+    paths = d.get("paths")
+    return _evolve(
+        s,
+        approved_plan_sha256=d.get("plan_sha256"),
+        plan_paths=None if paths is None else tuple(str(p) for p in paths),
+    )
+
+
 def _mode_changed(s: RunState, d: dict[str, Any]) -> RunState:
     return _evolve(s, mode=d["to"])
 
@@ -541,6 +641,18 @@ def _no_progress(s: RunState, d: dict[str, Any]) -> RunState:
 
 def _task_linked(s: RunState, d: dict[str, Any]) -> RunState:
     return _evolve(s, task_id=d.get("task_id"))
+
+
+def _workspace_changed(s: RunState, d: dict[str, Any]) -> RunState:
+    """Files changed while the run was stopped: their hashes now, and a new revision (so
+    verifications made before no longer count)."""
+    changed = {**s.changed_files, **d["changed_files"]}
+    return _evolve(s, changed_files=changed, mutation_revision=s.mutation_revision + 1)
+
+
+def _policy_changed(s: RunState, d: dict[str, Any]) -> RunState:
+    """The policy read again on resume governs every later decision (and every process)."""
+    return _evolve(s, options=replace(s.options, policy=d.get("policy")))
 
 
 def _unchanged(s: RunState, d: dict[str, Any]) -> RunState:
@@ -566,6 +678,7 @@ _APPLY = {
     EventType.BUDGET_EXHAUSTED: _unchanged,
     EventType.TODO_UPDATED: _todo_updated,
     EventType.PLAN_WRITTEN: _plan_written,
+    EventType.PLAN_APPROVED: _plan_approved,
     EventType.MODE_CHANGED: _mode_changed,
     EventType.NOTE_ADDED: _note_added,
     EventType.VERIFICATION_STARTED: _unchanged,
@@ -579,9 +692,13 @@ _APPLY = {
     EventType.TASK_LINKED: _task_linked,
     EventType.PROCESS_STARTED: _process_started,
     EventType.PROCESS_SETTLED: _process_settled,
+    EventType.LEASE_TAKEN_OVER: _unchanged,
+    EventType.WORKSPACE_CHANGED: _workspace_changed,
+    EventType.POLICY_CHANGED: _policy_changed,
 }
 
 __all__ = [
+    "Grant",
     "PendingRequest",
     "RunOptions",
     "RunState",
@@ -589,5 +706,6 @@ __all__ = [
     "ValidationRecord",
     "call_signature",
     "canonical_json",
+    "in_plan_paths",
     "transition",
 ]

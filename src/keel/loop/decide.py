@@ -30,9 +30,25 @@ from keel.loop.actions import (
     SettleProcess,
 )
 from keel.loop.outcomes import failed_event, finished_event, loose_arguments, note_event
-from keel.policy.approvals import approval_digest, approval_request, expires_at, is_expired
+from keel.policy.approvals import (
+    DEFAULT_REQUEST_TTL_S,
+    approval_digest,
+    approval_request,
+    expires_at,
+    grant_usable,
+    is_expired,
+    usable_ttl,
+)
 from keel.policy.modes import Mode
-from keel.policy.plans import follow_on_mode, plan_approved_events, todos_from_plan
+from keel.policy.plans import (
+    follow_on_mode,
+    plan_approved_event,
+    plan_approved_events,
+    plan_change,
+    plan_change_decision,
+    plan_digest,
+    todos_from_plan,
+)
 
 NO_PROGRESS_REPEATS = 3  # same call or same error this many times running
 NO_PROGRESS_GRACE_STEPS = 2  # model turns allowed after the replan note
@@ -103,8 +119,8 @@ class Situation:
     catalog: ToolCatalog
     gate: Gate
     workspace: Path
-    now: datetime
-    approval_ttl_s: float = 24 * 3600.0
+    now: datetime  # decides which approval requests and grants have expired
+    approval_ttl_s: float = DEFAULT_REQUEST_TTL_S  # when the run sets no approval timeout
 
 
 # --- the decision ------------------------------------------------------------------------
@@ -284,7 +300,12 @@ def _dispatch_next(state: RunState, sit: Situation) -> Action:
         )
 
     mode = Mode(state.mode)
-    verdict = sit.gate.decide(name, info.effect, args, mode=mode, workspace=sit.workspace)
+    verdict: Verdict = sit.gate.decide(name, info.effect, args, mode=mode, workspace=sit.workspace)
+    if verdict.action != "deny":
+        # An approved plan is changed only with a person's approval.
+        guarded = plan_change_decision(state, name, info.effect, args, workspace=sit.workspace)
+        if guarded is not None and (guarded.action == "deny" or verdict.action == "allow"):
+            verdict = guarded  # the stricter of the two (the guard only asks or denies)
     if verdict.action == "deny":
         message = f"policy_denied: {verdict.reason} (rule: {verdict.rule})"
         events = [failed_event(call_id, name, args, "policy_denied", message)]
@@ -299,15 +320,21 @@ def _dispatch_next(state: RunState, sit: Situation) -> Action:
             )
         return Commit(events=tuple(events))
 
-    # Hashing the call is only needed when an approval can be asked for or used up.
-    needs_digest = name == "plan_exit" or verdict.action == "ask" or bool(state.grants)
-    digest = approval_digest(name, args, str(sit.workspace)) if needs_digest else ""
     if name == "plan_exit":
-        return _plan_exit(state, sit, call_id, args, digest)
-    if verdict.action == "ask" and digest not in state.grants:
-        return _ask_approval(state, sit, call_id, name, info.effect, args, verdict)
+        return _plan_exit(state, sit, call_id, args)
+    # Hashing the call is only needed when an approval can be asked for or used up.
+    needs_digest = verdict.action == "ask" or bool(state.grants)
+    digest = approval_digest(name, args, str(sit.workspace)) if needs_digest else ""
+    usable = needs_digest and grant_usable(state, digest, sit.now)
+    if verdict.action == "ask" and not usable:
+        return _ask_approval(state, sit, call_id, name, info.effect, args, verdict, digest)
+    new_plan = plan_change(state, name, args)
+    if new_plan is not None and usable:
+        # The person approved this plan: it is the approved one from now on, and the
+        # write runs next under the same grant.
+        return Commit(events=(plan_approved_event(str(args["content"]), call_id=call_id),))
 
-    grant = digest if digest in state.grants else None
+    grant = digest if usable else None
     if name in CONTROL_TOOLS:
         return Commit(events=_control(state, call_id, name, args, grant))
     return RunTool(
@@ -373,6 +400,7 @@ def _ask_approval(
     effect: str,
     args: dict[str, Any],
     verdict: Verdict,
+    digest: str,
 ) -> Commit:
     request = approval_request(
         call_id=call_id,
@@ -381,23 +409,37 @@ def _ask_approval(
         arguments=args,
         workspace=sit.workspace,
         now=sit.now,
-        ttl_seconds=state.options.approval_timeout_s or sit.approval_ttl_s,
+        ttl_seconds=_request_ttl(state, sit),
         rule=verdict.rule,
         reason=verdict.reason,
     )
+    extra: dict[str, Any] = {}
+    expired = state.grants.get(digest)
+    if expired is not None:  # asked again: the earlier grant expired unused
+        extra["expired_grant"] = {"call_id": expired.call_id, "expires_at": expired.expires_at}
+    new_plan = plan_change(state, name, args)
+    if new_plan is not None:
+        extra["plan_sha256"] = new_plan
+        extra["approved_plan_sha256"] = state.approved_plan_sha256
+    if extra:
+        request = NewEvent(type=request.type, data={**request.data, **extra})
     return Commit(
         events=(request, transition(state, RunStatus.WAITING, f"approval:{call_id} {name}"))
     )
 
 
+def _request_ttl(state: RunState, sit: Situation) -> float:
+    return usable_ttl(state.options.approval_timeout_s, sit.approval_ttl_s)
+
+
 def _expiry(state: RunState, sit: Situation) -> str:
-    ttl = state.options.approval_timeout_s or sit.approval_ttl_s
-    return expires_at(sit.now, ttl)
+    return expires_at(sit.now, _request_ttl(state, sit))
 
 
-def _plan_exit(
-    state: RunState, sit: Situation, call_id: str, args: dict[str, Any], digest: str
-) -> Commit:
+def _plan_exit(state: RunState, sit: Situation, call_id: str, args: dict[str, Any]) -> Commit:
+    """Leave plan mode once a person approved this exact plan (its sha256 is in the digest)."""
+    plan_sha256 = plan_digest(state.plan or "")
+    digest = approval_digest("plan_exit", {**args, "plan_sha256": plan_sha256}, str(sit.workspace))
     if state.mode != Mode.PLAN.value:
         return Commit(
             events=(
@@ -406,14 +448,14 @@ def _plan_exit(
                 ),
             )
         )
-    if digest in state.grants:  # the reviewer approved this plan
+    if grant_usable(state, digest, sit.now):  # the reviewer approved this plan
         follow_on = follow_on_mode(state).value
         seeded = (
             " The todos were seeded from the plan." if todos_from_plan(state.plan or "") else ""
         )
         return Commit(
             events=(
-                *plan_approved_events(state),
+                *plan_approved_events(state, call_id=call_id),
                 NewEvent(
                     type=EventType.TOOL_FINISHED,
                     data={
@@ -448,6 +490,7 @@ def _plan_exit(
                     "tool": "plan_exit",
                     "arguments": {"summary": args.get("summary", ""), "plan": state.plan},
                     "digest": digest,
+                    "plan_sha256": plan_sha256,
                     "risk": "medium",
                     "why": "leaving plan mode needs the plan approved",
                     "expires_at": _expiry(state, sit),
@@ -507,7 +550,7 @@ def _reconcile(state: RunState, sit: Situation, call: dict[str, Any]) -> Action:
     if isinstance(process, dict) and not call.get("settled"):
         return SettleProcess(call_id=call_id, process=dict(process))
     digest = approval_digest(name, args, str(sit.workspace))
-    if digest in state.grants:  # a person said: run it again
+    if grant_usable(state, digest, sit.now):  # a person said: run it again
         effect = str(call.get("effect") or "execute")
         verdict = sit.gate.decide(
             name, effect, args, mode=Mode(state.mode), workspace=sit.workspace

@@ -7,7 +7,11 @@ Guarantees:
   ``<run_id>:<call_id>``, exact arguments, intended file hashes) before it runs,
   and ``tool_finished``/``tool_failed`` after, so a resume never repeats it blindly;
 - every write carries the run's lease token: once another process took the
-  run over, this one's writes are refused (``LeaseLost``) and it stops.
+  run over, this one's writes are refused (``LeaseLost``) and it stops;
+- nothing the model sends strands a run: an exception in a tool, its arguments or
+  its intent is a ``tool_failed`` the model reads, every call has a deadline
+  (``ToolContext.deadline``), and anything else unexpected ends the run ``failed``
+  with ``internal_error: …`` (``keel.loop.failures``), never ``running`` undriven.
 """
 
 from __future__ import annotations
@@ -20,12 +24,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from keel.core.errors import ConcurrentUpdate, InvalidTransition, LeaseLost, ModelError, ToolError
+from keel.core.errors import (
+    ConcurrentUpdate,
+    InvalidTransition,
+    LeaseLost,
+    ModelError,
+    StoreError,
+    ToolError,
+)
 from keel.core.events import Event, EventType, NewEvent
 from keel.core.guard import PathGuard
 from keel.core.redact import Redactor, SecretSource
 from keel.core.state import RunState, transition
 from keel.core.status import RunStatus
+from keel.core.text import valid_data
 from keel.loop.actions import (
     CallModel,
     Commit,
@@ -35,21 +47,33 @@ from keel.loop.actions import (
     RunVerifiers,
     SettleProcess,
 )
-from keel.loop.catalog import RegistryCatalog
+from keel.loop.catalog import RegistryCatalog, TotalGate
 from keel.loop.decide import Gate, Situation, decide
+from keel.loop.failures import PASS_THROUGH, error_kind, error_message, internal_failure
 from keel.loop.faults import fault_point
-from keel.loop.fingerprint import changed_since, fingerprint
-from keel.loop.outcomes import after_model, after_verification, loose_arguments
+from keel.loop.fingerprint import fingerprint, shown_changes
+from keel.loop.outcomes import (
+    after_model,
+    after_verification,
+    call_failed,
+    call_finished,
+    call_started,
+    loose_arguments,
+    reconciled_event,
+    replayed_records,
+)
 from keel.loop.prepare import build_messages
 from keel.loop.transcript import Transcript, recent_transcript
+from keel.loop.turns import valid_turn
 from keel.loop.verification import check_workspace
 from keel.models.base import Model, ModelRequest, RetryNotice, ToolCall, ToolSpec
 from keel.sandbox import orphans
 from keel.sandbox.base import Sandbox, SandboxSettings
 from keel.store.base import Store
 from keel.store.step import FoldedStep, fold_step
-from keel.tools.base import Effect, ToolContext, ToolResult
-from keel.tools.commands import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S
+from keel.tools.base import Effect, Tool, ToolContext, ToolResult
+from keel.tools.commands import effective_timeout
+from keel.tools.deadline import call_deadline
 from keel.tools.registry import ToolRegistry
 
 SIDE_EFFECTS = frozenset({Effect.WRITE.value, Effect.EXECUTE.value, Effect.EXTERNAL.value})
@@ -120,7 +144,35 @@ class Driver:
     # --- the loop ------------------------------------------------------------------------
 
     def drive(self) -> RunState:
-        """Perform actions until the run halts; returns the final state."""
+        """Perform actions until the run halts; returns the final state.
+
+        Anything unexpected (not the lease's loss) ends the run ``failed`` with
+        ``internal_error: <Type>: <message>`` committed before this returns.
+        """
+        try:
+            return self._drive()
+        except PASS_THROUGH:
+            raise
+        except Exception as exc:
+            return self._fail_internally(exc)
+
+    def _fail_internally(self, exc: Exception) -> RunState:
+        """Record the run as failed by ``exc`` (the store's view first: deferred events
+        are dropped, they may be what failed); StoreError when even that fails."""
+        try:
+            self.refresh()
+            if not self.state.status.terminal:
+                self.commit(internal_failure(self.state, exc))
+        except PASS_THROUGH:
+            raise
+        except Exception as again:
+            raise StoreError(
+                f"run {self.run_id} stopped on {error_message(exc)}, and recording its failure "
+                f"failed too ({error_message(again)}); `keel resume {self.run_id}` tries again"
+            ) from exc
+        return self.state
+
+    def _drive(self) -> RunState:
         while True:
             self.lease.check(self.run_id)
             if self.should_stop is not None and self.should_stop():
@@ -146,7 +198,7 @@ class Driver:
     def _situation(self) -> Situation:
         return Situation(
             catalog=self._catalog,
-            gate=self.gate,
+            gate=TotalGate(self.gate),
             workspace=self.workspace,
             now=datetime.now(UTC),
         )
@@ -163,7 +215,9 @@ class Driver:
         just asks the model again. Events are folded once, here, with the store's own
         ``fold_step``; the store checks the sequence and the lease.
         """
-        clean = [NewEvent(type=e.type, data=self.redactor.scrub(e.data)) for e in events]
+        clean = [
+            NewEvent(type=e.type, data=self.redactor.scrub(valid_data(e.data))) for e in events
+        ]
         if clean:
             step = fold_step(self.state, clean, now=datetime.now(UTC))
             self._pending = step if self._pending is None else self._pending.then(step)
@@ -240,6 +294,7 @@ class Driver:
             return
         elapsed = time.monotonic() - started
         fault_point("mid_model_step")
+        valid, _ = valid_turn(turn)  # after_model records what was made valid
         requested = NewEvent(
             type=EventType.MODEL_REQUESTED,
             data={
@@ -248,9 +303,9 @@ class Driver:
                 "messages": len(request.messages),
             },
         )
-        self._learn_written_secrets(turn.tool_calls)
-        reads_only = bool(turn.tool_calls) and all(
-            self._is_read(call.name) for call in turn.tool_calls
+        self._learn_written_secrets(valid.tool_calls)
+        reads_only = bool(valid.tool_calls) and all(
+            self._is_read(call.name) for call in valid.tool_calls
         )
         self.commit(
             [requested, *after_model(self.state, turn, elapsed_s=elapsed)], defer=reads_only
@@ -286,7 +341,9 @@ class Driver:
 
     # --- tools ---------------------------------------------------------------------------
 
-    def _context(self, call_id: str, action: RunTool | None = None) -> ToolContext:
+    def _context(
+        self, call_id: str, action: RunTool | None = None, deadline: float | None = None
+    ) -> ToolContext:
         return ToolContext(
             workspace=self.workspace,
             run_id=self.run_id,
@@ -297,13 +354,23 @@ class Driver:
             guard=self.guard,
             sandbox=self.sandbox,
             git_writable=action is not None and action.git_writable,
-            on_spawn=(lambda pgid: self._spawned(action, pgid)) if action is not None else None,
+            on_spawn=(
+                (lambda pgid: self._spawned(action, pgid, deadline)) if action is not None else None
+            ),
+            deadline=deadline,
         )
 
-    def _spawned(self, action: RunTool, pgid: int) -> None:
+    def _deadline(self, limit_s: float) -> float:
+        """When a call must stop: its own limit, never past the run's remaining wall time."""
+        budget = self.state.options.budget.max_wall_seconds
+        left = None if budget is None else budget - self.state.usage.wall_seconds
+        return call_deadline(limit_s, left, now=time.monotonic())
+
+    def _spawned(self, action: RunTool, pgid: int, deadline: float | None) -> None:
         """Record where a command runs before waiting for it, so a resume can find it."""
         timeout = action.arguments.get("timeout_seconds")
-        limit = min(float(timeout) if timeout else DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S)
+        seconds = float(timeout) if isinstance(timeout, int | float) and timeout else None
+        limit, _ = effective_timeout(seconds, deadline, now=time.monotonic())
         self.commit(
             [
                 NewEvent(
@@ -328,58 +395,43 @@ class Driver:
         return self.sandbox.describe()
 
     def _run_tool(self, action: RunTool) -> None:
-        tool = self.registry.get(action.tool)
-        ctx = self._context(action.call_id)
-        args = tool.parse_arguments(action.arguments)
+        started = time.monotonic()
+        try:
+            tool = self.registry.get(action.tool)
+            args = tool.parse_arguments(action.arguments)
+            ctx = self._context(action.call_id, deadline=self._deadline(tool.time_limit_s))
+            intent = (
+                tool.intent(ctx, args)
+                if action.effect in SIDE_EFFECTS and action.record_start
+                else {}
+            )
+        except PASS_THROUGH:
+            raise
+        except Exception as exc:
+            # The call cannot work as asked (bad arguments, no unique match, a path no
+            # file can have, a bug): nothing happened yet, so the model is told.
+            self._failed(action, error_kind(exc), error_message(exc), started, None)
+            return
         if action.effect in SIDE_EFFECTS:
             if action.record_start:
-                try:
-                    intent = tool.intent(ctx, args)
-                except ToolError as exc:
-                    # The call cannot work as asked (no unique match, path outside):
-                    # nothing happened yet, so it is an ordinary tool error.
-                    self._failed(action, "tool_error", str(exc), time.monotonic(), None)
-                    return
-                self.commit(
-                    [
-                        NewEvent(
-                            type=EventType.TOOL_STARTED,
-                            data={
-                                "call_id": action.call_id,
-                                "key": f"{self.run_id}:{action.call_id}",
-                                "tool": action.tool,
-                                "arguments": action.arguments,
-                                "effect": action.effect,
-                                "recovery": action.recovery,
-                                "intent": intent,
-                                "grant": action.grant,
-                                **(
-                                    {"sandbox": self._isolation()}
-                                    if action.effect == Effect.EXECUTE.value
-                                    else {}
-                                ),
-                            },
-                        )
-                    ]
-                )
+                isolation = self._isolation() if action.effect == Effect.EXECUTE.value else None
+                self.commit([call_started(self.run_id, action, intent, isolation)])
                 fault_point("after_tool_started")
             else:
-                self.commit([_reconciled(action.call_id, "rerun", "replaying the call")])
+                self.commit([reconciled_event(action.call_id, "rerun", "replaying the call")])
         self._execute(action, args)
 
     def _execute(self, action: RunTool, args: Any) -> None:
         tool = self.registry.get(action.tool)
-        ctx = self._context(action.call_id, action)
         if action.effect in SIDE_EFFECTS:
             self._confirm_lease()
         before = fingerprint(self.workspace) if action.effect == Effect.EXECUTE.value else None
         started = time.monotonic()
+        ctx = self._context(action.call_id, action, self._deadline(tool.time_limit_s))
         try:
             result = tool.run(ctx, args)
-        except ToolError as exc:
-            fault_point("after_effect")
-            self._failed(action, "tool_error", str(exc), started, before)
-            return
+        except PASS_THROUGH:
+            raise
         except KeyboardInterrupt:
             # Ctrl-C stopped a command (run_command kills its process group): the
             # outcome is known, so record it and a resume asks the model, not a person.
@@ -391,38 +443,18 @@ class Driver:
                 )
                 self._failed(action, "interrupted", message, started, before)
             raise
-        except Exception as exc:  # a tool bug is the model's observation, not a crash
+        except Exception as exc:  # a tool's refusal or bug is the model's observation
             fault_point("after_effect")
-            self._failed(action, "tool_exception", f"{type(exc).__name__}: {exc}", started, before)
+            self._failed(action, error_kind(exc), error_message(exc), started, before)
             return
         fault_point("after_effect")
         changed = dict(result.changed_files)
         if before is not None:
-            changed.update(changed_since(self.workspace, before))
+            changed.update(shown_changes(self.workspace, before))
         if self.secrets is not None and any(self.guard.is_secret(path) for path in changed):
             self.redactor = self.secrets.refresh(self.redactor)
-        events = [
-            NewEvent(
-                type=EventType.TOOL_FINISHED,
-                data={
-                    "call_id": action.call_id,
-                    "tool": action.tool,
-                    "arguments": action.arguments,
-                    "output": self._inline_output(action.call_id, result),
-                    "changed_files": changed,
-                    "grant": action.grant,
-                    "elapsed_s": time.monotonic() - started,
-                },
-            )
-        ]
-        if "todos" in result.data:
-            events.append(
-                NewEvent(type=EventType.TODO_UPDATED, data={"todos": result.data["todos"]})
-            )
-        if "plan" in result.data:
-            events.append(
-                NewEvent(type=EventType.PLAN_WRITTEN, data={"content": result.data["plan"]})
-            )
+        output = self._inline_output(action.call_id, result)
+        events = call_finished(action, output, changed, time.monotonic() - started, result.data)
         # A read's result may wait for the next durable commit: replaying a read is safe.
         self.commit(events, defer=action.effect == Effect.READ.value and not changed)
         fault_point("after_tool_finished")
@@ -450,24 +482,8 @@ class Driver:
         started: float,
         before: dict[str, tuple[int, int]] | None,
     ) -> None:
-        changed = changed_since(self.workspace, before) if before is not None else {}
-        self.commit(
-            [
-                NewEvent(
-                    type=EventType.TOOL_FAILED,
-                    data={
-                        "call_id": action.call_id,
-                        "tool": action.tool,
-                        "arguments": action.arguments,
-                        "error_kind": kind,
-                        "message": message,
-                        "changed_files": changed,
-                        "grant": action.grant,
-                        "elapsed_s": time.monotonic() - started,
-                    },
-                )
-            ]
-        )
+        changed = shown_changes(self.workspace, before) if before is not None else {}
+        self.commit([call_failed(action, kind, message, changed, time.monotonic() - started)])
 
     def _inline_output(self, call_id: str, result: ToolResult) -> str:
         if len(result.output) <= MAX_EVENT_OUTPUT:
@@ -484,10 +500,12 @@ class Driver:
     def _reconcile(self, action: ReconcileCall) -> None:
         tool = self.registry.get(action.tool)
         ctx = self._context(action.call_id)
-        if action.intent and tool.effect_happened(ctx, action.intent):
+        if action.intent and _effect_happened(tool, ctx, action.intent):
             self.commit(
                 [
-                    _reconciled(action.call_id, "done", "file hashes match the intended change"),
+                    reconciled_event(
+                        action.call_id, "done", "file hashes match the intended change"
+                    ),
                     NewEvent(
                         type=EventType.TOOL_FINISHED,
                         data={
@@ -499,11 +517,11 @@ class Driver:
                             "changed_files": dict(action.intent),
                         },
                     ),
-                    *_replayed_records(action),
+                    *replayed_records(action.tool, action.arguments),
                 ]
             )
             return
-        self.commit([_reconciled(action.call_id, "rerun", "the change is not there yet")])
+        self.commit([reconciled_event(action.call_id, "rerun", "the change is not there yet")])
         run = RunTool(
             call_id=action.call_id,
             tool=action.tool,
@@ -569,17 +587,10 @@ class Driver:
         )
 
 
-def _replayed_records(action: ReconcileCall) -> list[NewEvent]:
-    """What a call found done on resume would have recorded beside its tool_finished."""
-    if action.tool == "plan_write" and isinstance(action.arguments.get("content"), str):
-        return [
-            NewEvent(type=EventType.PLAN_WRITTEN, data={"content": action.arguments["content"]})
-        ]
-    return []
-
-
-def _reconciled(call_id: str, outcome: str, detail: str) -> NewEvent:
-    return NewEvent(
-        type=EventType.CALL_RECONCILED,
-        data={"call_id": call_id, "outcome": outcome, "detail": detail},
-    )
+def _effect_happened(tool: Tool, ctx: ToolContext, intent: dict[str, str]) -> bool:
+    """Whether a started call's intended change is there; a path that can no longer be
+    checked (now a directory, now leading outside) means it is not."""
+    try:
+        return tool.effect_happened(ctx, intent)
+    except ToolError:
+        return False

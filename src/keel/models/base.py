@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from math import inf
 from typing import Any, Literal, Protocol
+
+from keel.core.errors import ModelError
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -70,6 +73,25 @@ class ModelTurn:
     cost: float
     model: str
     reasoning: str | None = None
+
+    def __post_init__(self) -> None:
+        # The cost is added to the run's cost budget and stored: NaN would disable the
+        # budget and infinity end it at once, and neither is JSON. Refused where it enters.
+        cost: object = self.cost
+        if not _finite_cost(cost):
+            raise ModelError(
+                f"{self.model}: a turn's cost must be a finite number of USD, 0 or more, "
+                f"got {cost!r}"
+            )
+
+
+def _finite_cost(cost: object) -> bool:
+    if isinstance(cost, bool) or not isinstance(cost, int | float):
+        return False
+    try:
+        return 0 <= float(cost) < inf
+    except OverflowError:  # an integer too large for a float
+        return False
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -21,6 +21,7 @@ What is sent back never contains a model's reasoning: `Message` has no field for
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from tenacity import RetryCallState, Retrying, retry_if_exception_type
 
+from keel.core.budget import MAX_COUNT
 from keel.core.errors import ConfigError, ModelError
 from keel.models.base import (
     Message,
@@ -243,10 +245,27 @@ class OpenAICompatModel:
             content=_text(message.get("content")),
             tool_calls=_tool_calls(message.get("tool_calls"), step),
             usage=usage,
-            cost=self.prices.cost(self.spec, usage),
+            cost=self._cost(usage),
             model=reported_model if isinstance(reported_model, str) else self.model,
             reasoning=_text(message.get("reasoning_content") or message.get("reasoning")),
         )
+
+    def _cost(self, usage: TokenUsage) -> float:
+        """The turn's cost in USD; ModelError when the reported usage gives no finite
+        cost (absurd token counts), so a bogus number never reaches the budget."""
+        if max(usage.input_tokens, usage.output_tokens) > MAX_COUNT:
+            raise ModelError(
+                f"{self.spec}: the provider reported {usage.input_tokens} prompt and "
+                f"{usage.output_tokens} completion tokens for one turn (more than {MAX_COUNT}); "
+                "refusing a usage report that cannot be right"
+            )
+        cost = self.prices.cost(self.spec, usage)
+        if not 0 <= cost < math.inf:
+            raise ModelError(
+                f"{self.spec}: the reported usage gives a cost of {cost} USD; "
+                "a cost must be a finite number, 0 or more"
+            )
+        return cost
 
 
 # --- wire format (public so the loop's tests can compare against it) ---------------------

@@ -8,11 +8,14 @@ price by another provider. Users add or override entries in ``.keel/config.toml`
     input_per_mtok = 0.5
     output_per_mtok = 1.5
 
-A model without a price costs 0: cost budgets then only bound what is known.
+A model without a price costs 0: cost budgets then only bound what is known. A price
+is a finite number, 0 or more (a local model may be free); ``nan`` and ``inf``,
+which TOML can spell, are refused.
 """
 
 from __future__ import annotations
 
+import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -93,6 +96,17 @@ def load_price_table(cwd: Path) -> PriceTable:
     return PriceTable(prices=MappingProxyType(merged))
 
 
+def _finite_non_negative(value: object) -> float | None:
+    """``value`` as a price when it is a finite number, 0 or more (TOML can spell nan, inf)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if 0 <= number < math.inf else None
+
+
 def _parse_price(path: Path, spec: str, entry: object) -> Price:
     where = f'{path}: [prices."{spec}"]'
     if ":" not in spec:
@@ -109,10 +123,11 @@ def _parse_price(path: Path, spec: str, entry: object) -> Price:
     values: dict[str, float] = {}
     for key in sorted(allowed):
         value = entry.get(key)
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        number = _finite_non_negative(value)
+        if number is None:
             raise ConfigError(
-                f"{where}: {key} must be a non-negative number (USD per million tokens), "
-                f"got {value!r}"
+                f"{where}: {key} must be a finite number of USD per million tokens, "
+                f"0 or more, got {value!r}"
             )
-        values[key] = float(value)
+        values[key] = number
     return Price(input_per_mtok=values["input_per_mtok"], output_per_mtok=values["output_per_mtok"])

@@ -7,6 +7,7 @@ directory's ``.env`` (a variable already set wins); ``os.environ`` itself is not
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -115,6 +116,8 @@ def _setting(
         value = kind(raw)
     except ValueError:
         raise ConfigError(f"{name}={raw!r} is not a number") from None
+    if not math.isfinite(value):
+        raise ConfigError(f"{name}={raw!r} must be a finite number")
     if value < minimum:
         raise ConfigError(f"{name}={raw!r} must be at least {minimum:g}")
     return value

@@ -6,7 +6,8 @@ Script format (SPEC.md, "Models")::
      {"content": "done"}]
 
 A turn may have ``content``, ``tool_calls``, ``reasoning``, ``usage``
-(``{"input_tokens": N, "output_tokens": M}``) and ``cost`` (USD). A tool call's
+(``{"input_tokens": N, "output_tokens": M}``) and ``cost`` (USD: a finite number, 0 or
+more; ``NaN`` and ``Infinity``, which JSON scripts can spell, are refused). A tool call's
 ``arguments`` is a JSON value (serialised to text) or a string passed verbatim, so a
 test can feed malformed JSON; its ``id`` defaults to ``call_<step>_<index>``.
 
@@ -17,10 +18,12 @@ which starts at the step it stopped at, continues the script where it left off.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from keel.core.budget import MAX_COUNT
 from keel.core.errors import ConfigError, ModelError
 from keel.models.base import ModelRequest, ModelTurn, TokenUsage, ToolCall
 
@@ -105,8 +108,10 @@ def _parse_turn(spec: str, index: int, raw: Any) -> ModelTurn:
         raise ConfigError(f"{where}: tool_calls must be a list, got {_kind(raw_calls)}")
     calls = tuple(_parse_call(where, index, i, call) for i, call in enumerate(raw_calls))
     cost = raw.get("cost", 0.0)
-    if isinstance(cost, bool) or not isinstance(cost, int | float) or cost < 0:
-        raise ConfigError(f"{where}: cost must be a non-negative number, got {cost!r}")
+    if not _finite_non_negative(cost):
+        raise ConfigError(
+            f"{where}: cost must be a finite number of USD, 0 or more, got {_shown(cost)}"
+        )
     return ModelTurn(
         content=content,
         tool_calls=calls,
@@ -141,9 +146,27 @@ def _parse_usage(where: str, raw: Any) -> TokenUsage:
     if not isinstance(raw, Mapping) or set(raw) - {"input_tokens", "output_tokens"}:
         raise ConfigError(f"{where}: usage must be {{'input_tokens': N, 'output_tokens': M}}")
     counts = [raw.get("input_tokens", 0), raw.get("output_tokens", 0)]
-    if any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in counts):
-        raise ConfigError(f"{where}: usage token counts must be non-negative integers")
+    if any(
+        isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_COUNT for n in counts
+    ):
+        raise ConfigError(
+            f"{where}: usage token counts must be whole numbers from 0 to {MAX_COUNT}"
+        )
     return TokenUsage(input_tokens=counts[0], output_tokens=counts[1])
+
+
+def _finite_non_negative(value: Any) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return 0 <= float(value) < math.inf
+    except OverflowError:  # an integer too large for a float
+        return False
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
 
 
 def _kind(value: Any) -> str:

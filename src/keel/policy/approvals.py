@@ -3,10 +3,16 @@
 A person approves one exact call: the grant is keyed by the sha256 of the
 canonical JSON of (tool, arguments, workspace), so a changed argument, another
 tool or another workspace needs a new approval. ``RunState.grants`` holds the
-unused grants (digest -> call id); the loop consumes one by putting
-``"grant": digest`` in the call's ``tool_started`` event, which removes it from
-the fold, so a grant is used at most once. Everything here is pure: the time
-is always a parameter.
+unused grants (digest -> ``Grant``); the attempt of the approved call uses its
+grant up whatever the outcome — ``"grant": digest`` in its ``tool_started``, or
+its ``tool_finished`` / ``tool_failed`` (a failed pre-check included) — so a
+grant is used at most once, and never by a later call with the same arguments.
+
+Both sides expire: a request after ``approval_timeout_s`` (default 24 h; the run
+then fails with ``approval_timeout``), and a grant ``grant_ttl_s`` after it was
+given (default 24 h; the call then asks again). The grant's expiry is recorded
+in its ``approval_granted`` event. Everything here is pure: the time is always a
+parameter.
 """
 
 from __future__ import annotations
@@ -17,11 +23,17 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
+from keel.core.budget import MAX_SECONDS
 from keel.core.errors import NothingPending, UsageError
 from keel.core.events import EventType, NewEvent
 from keel.core.state import RunState, canonical_json
+from keel.policy.modes import PLAN_WRITE
+from keel.policy.plans import plan_digest
 
 Risk = Literal["low", "medium", "high"]
+
+DEFAULT_REQUEST_TTL_S = 24 * 3600.0  # an unanswered request fails the run after this
+DEFAULT_GRANT_TTL_S = 24 * 3600.0  # an unused grant no longer lets its call through after this
 
 _RISK_BY_EFFECT: dict[str, Risk] = {
     "read": "low",
@@ -71,6 +83,18 @@ def is_expired(expires_at: str | None, now: datetime) -> bool:
     return _utc(now) >= _utc(datetime.fromisoformat(expires_at))
 
 
+def usable_ttl(seconds: float | None, default: float) -> float:
+    """``seconds`` when it is a usable time to live, else ``default``.
+
+    New runs are checked when they are created; this keeps a run stored before
+    that check (``--approval-timeout -5`` or ``0``) resumable instead of failing
+    at every approval.
+    """
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        return default
+    return float(seconds) if 0 < seconds <= MAX_SECONDS else default
+
+
 # --- events ----------------------------------------------------------------------------
 
 # What a person can approve: a gated call, a plan, or re-running an interrupted call.
@@ -116,8 +140,11 @@ def decide_approval(
 ) -> NewEvent:
     """The ``approval_granted`` / ``approval_denied`` event answering the pending request.
 
-    Raises NothingPending when the run waits for no approval, and UsageError when
-    the request has expired (the run then fails with ``approval_timeout``).
+    A grant expires ``grant_ttl_s`` (default 24 h) after ``now``; the expiry is in
+    the event. Approving a plan (``plan_exit``) or a change of an approved plan
+    (``plan_write``) records the sha256 of the plan approved. Raises NothingPending
+    when the run waits for no approval, and UsageError when the request has
+    expired (the run then fails with ``approval_timeout``).
     """
     pending = state.pending
     if pending is None or pending.kind not in APPROVAL_KINDS:
@@ -130,39 +157,71 @@ def decide_approval(
     text = (reason or "").strip()
     if not approve and not text:
         text = f"denied by {by}"
+    data: dict[str, Any] = {
+        "kind": pending.kind,
+        "call_id": pending.call_id,
+        "tool": pending.tool,
+        "digest": pending.digest,
+        "by": by,
+        "reason": text or None,
+    }
+    plan = _plan_in(pending.kind, pending.tool, pending.arguments or {})
+    if plan is not None:
+        data["plan_sha256"] = plan_digest(plan)
+    if approve:
+        ttl = usable_ttl(state.options.grant_ttl_s, DEFAULT_GRANT_TTL_S)
+        data["expires_at"] = expires_at(now, ttl)
     return NewEvent(
-        type=EventType.APPROVAL_GRANTED if approve else EventType.APPROVAL_DENIED,
-        data={
-            "kind": pending.kind,
-            "call_id": pending.call_id,
-            "tool": pending.tool,
-            "digest": pending.digest,
-            "by": by,
-            "reason": text or None,
-        },
+        type=EventType.APPROVAL_GRANTED if approve else EventType.APPROVAL_DENIED, data=data
     )
 
 
+def _plan_in(kind: str, tool: str | None, arguments: Mapping[str, Any]) -> str | None:
+    """The plan text an approval is about, if it is about one."""
+    text = arguments.get("plan") if kind == "plan" else None
+    if tool == PLAN_WRITE:
+        text = arguments.get("content")
+    return text if isinstance(text, str) else None
+
+
+def grant_usable(state: RunState, digest: str, now: datetime) -> bool:
+    """Is there an unused grant for ``digest`` that has not expired at ``now``?"""
+    grant = state.grants.get(digest)
+    return grant is not None and not is_expired(grant.expires_at, now)
+
+
 def grant_matches(
-    state: RunState, tool: str, arguments: Mapping[str, Any], workspace: Path | str
+    state: RunState,
+    tool: str,
+    arguments: Mapping[str, Any],
+    workspace: Path | str,
+    *,
+    now: datetime | None = None,
 ) -> str | None:
     """The digest of an unused grant for exactly this call, or None (then ask again).
 
-    The loop passes the returned digest as ``"grant"`` in the call's ``tool_started``
-    event, which consumes it.
+    With ``now``, a grant that expired by then does not match. The loop passes the
+    returned digest as ``"grant"`` in the call's ``tool_started`` event, which
+    consumes it.
     """
     digest = approval_digest(tool, arguments, workspace)
-    return digest if digest in state.grants else None
+    if digest not in state.grants:
+        return None
+    return digest if now is None or grant_usable(state, digest, now) else None
 
 
 __all__ = [
     "APPROVAL_KINDS",
+    "DEFAULT_GRANT_TTL_S",
+    "DEFAULT_REQUEST_TTL_S",
     "Risk",
     "approval_digest",
     "approval_request",
     "decide_approval",
     "expires_at",
     "grant_matches",
+    "grant_usable",
     "is_expired",
     "risk_of",
+    "usable_ttl",
 ]

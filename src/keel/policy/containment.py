@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from keel.core.guard import PLAN_FILE, PathGuard
+from keel.core.pathnames import os_name
 from keel.policy.commands import normalise_command, writes_git
 from keel.policy.modes import Decision, Mode, strictness
 from keel.policy.rules import PATH_DEFAULTS, Policy, workspace_relative
@@ -124,7 +125,8 @@ def path_spellings(path: str, workspace: Path) -> tuple[str, ...]:
     if lexical is None:
         return ()
     root = os.path.realpath(workspace)
-    real = workspace_relative(os.path.realpath(os.path.join(root, lexical)), Path(root))
+    resolved = os.path.realpath(os.path.join(root, os_name(lexical)))  # \xHH spellings too
+    real = workspace_relative(resolved, Path(root))
     return (lexical,) if real is None or real == lexical else (lexical, real)
 
 

@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from keel.core.errors import ConfigError
+from keel.core.pathnames import os_name
 from keel.policy.commands import CommandView, normalise_command
 from keel.policy.modes import ACTIONS, Action, Decision, Mode, mode_default, strictness
 
@@ -179,7 +180,8 @@ def real_relative(path: str, workspace: Path) -> str | None:
     """
     try:
         root = os.path.realpath(workspace)
-        return workspace_relative(os.path.realpath(os.path.join(root, path)), Path(root))
+        real = os.path.realpath(os.path.join(root, os_name(path)))  # as the file tools spell it
+        return workspace_relative(real, Path(root))
     except (OSError, ValueError):
         return None
 

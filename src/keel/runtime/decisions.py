@@ -15,6 +15,7 @@ from keel.core.state import RunState, transition
 from keel.core.status import RunStatus
 from keel.policy.approvals import APPROVAL_KINDS, is_expired
 from keel.policy.approvals import decide_approval as approval_decision
+from keel.runtime.task_claims import release_claims_of_ended_run
 from keel.store.base import Store
 
 
@@ -96,6 +97,7 @@ def cancel_run(store: Store, run_id: str, reason: str) -> RunState:
     state = store.load_run(run_id)
     event = transition(state, RunStatus.CANCELLED, reason)
     new_state, _ = store.append_events(run_id, [event], expected_seq=state.last_seq)
+    release_claims_of_ended_run(store, new_state)  # a stopped run's claims go back now
     return new_state
 
 

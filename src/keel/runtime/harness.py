@@ -7,15 +7,16 @@ optimistic append that any process on any machine may make.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from keel.core.budget import Budget
+from keel.core.budget import Budget, check_budget, check_seconds
 from keel.core.errors import ConfigError
-from keel.core.events import Event, EventType, NewEvent
+from keel.core.events import Event
 from keel.core.state import RunOptions, RunState
 from keel.core.status import RunStatus
 from keel.loop.driver import Driver, EventSink, LeaseGuard
@@ -24,11 +25,15 @@ from keel.models.resolve import resolve_model
 from keel.policy.modes import parse_mode
 from keel.policy.rules import Policy
 from keel.runtime import decisions
+from keel.runtime.approval_config import load_approval_settings
 from keel.runtime.config import load_sandbox_settings
 from keel.runtime.containment import Containment, contain, store_files
 from keel.runtime.heartbeat import Heartbeat
 from keel.runtime.identity import process_owner
+from keel.runtime.resume import read_policy_again, resume_events
 from keel.runtime.secrets import WorkspaceSecrets, load_redactor, refuse_secret_commands
+from keel.runtime.takeover import TakeOver, WaitListener, take_run_lease, this_holder
+from keel.runtime.task_claims import RunTaskClaims, claim_lease_for
 from keel.sandbox.choose import open_sandbox
 from keel.store.base import Lease, Store, iter_all_events
 from keel.store.url import open_store
@@ -93,6 +98,7 @@ class Harness:
         self.tools = tools or default_registry()
         self.owner = process_owner(owner)
         self.lease_ttl = lease_ttl if lease_ttl is not None else lease_ttl_from_environment()
+        claim_lease_for(self.lease_ttl)  # a bad KEEL_TASK_LEASE stops here, before any run
         self.on_event = on_event
 
     # --- starting ------------------------------------------------------------------------
@@ -108,6 +114,7 @@ class Harness:
         plan_then: str | None = None,
         model: str | None = None,
         approval_timeout: float | None = None,
+        grant_ttl: float | None = None,
         policy_file: str | Path | None = None,
         idempotency_key: str | None = None,
         queued: bool = False,
@@ -120,7 +127,14 @@ class Harness:
         ``sandbox`` (required | auto | off) overrides ``[sandbox] mode`` of the
         workspace's ``.keel/config.toml``; a run this process must drive is refused
         (ConfigError) when it requires a sandbox this machine cannot provide.
+        ``approval_timeout`` (seconds a request may wait) and ``grant_ttl`` (seconds a
+        grant stays usable) override ``[approvals]`` of that file (default 24 h each).
+        Budgets and times out of range (not positive, not finite) are a ConfigError
+        naming the argument, raised before anything is stored.
         """
+        check_budget(budget or Budget())
+        check_seconds("approval_timeout", approval_timeout)
+        check_seconds("grant_ttl", grant_ttl)
         if not goal.strip():
             raise ConfigError("the task is empty: say what the run should achieve")
         workspace = Path(cwd).resolve()
@@ -134,8 +148,12 @@ class Harness:
         if plan_then is not None:
             parse_mode(plan_then)
             mode = "plan"  # a follow-on mode means: plan first (as `keel run --plan-then`)
-        policy = Policy.from_sources(workspace, Path(policy_file) if policy_file else None)
+        # The file's absolute path is stored, so a resume from anywhere reads it again.
+        policy = Policy.from_sources(
+            workspace, Path(os.path.abspath(policy_file)) if policy_file else None
+        )
         confinement = load_sandbox_settings(workspace, mode=sandbox)
+        approvals = load_approval_settings(workspace)
         if not queued:
             open_sandbox(confinement)  # `required` without bubblewrap stops here
         spec = self._model_spec(model)
@@ -150,7 +168,8 @@ class Harness:
             mode=mode,
             verify=tuple(verify),
             budget=budget or Budget(),
-            approval_timeout_s=approval_timeout,
+            approval_timeout_s=approval_timeout or approvals.timeout_s,
+            grant_ttl_s=grant_ttl or approvals.grant_ttl_s,
             plan_then=plan_then,
             policy=policy.to_dict(),
             sandbox=confinement.to_dict(),
@@ -170,9 +189,16 @@ class Harness:
         state = self.create(goal, **options)
         return self.execute(state.run_id)
 
-    def resume(self, run_id: str) -> RunOutcome:
-        """Continue a run from the store alone (in this or any other process)."""
-        return self.execute(run_id)
+    def resume(
+        self, run_id: str, *, wait: float | None = 0.0, on_wait: WaitListener | None = None
+    ) -> RunOutcome:
+        """Continue a run from the store alone (in this or any other process).
+
+        A lease whose holder died on this machine is taken over at once; one a live
+        process holds is waited for up to ``wait`` seconds (None: until it lapses),
+        ``on_wait`` told as it goes; past that, ``LeaseHeld``.
+        """
+        return self.execute(run_id, wait=wait, on_wait=on_wait)
 
     def execute(
         self,
@@ -180,18 +206,30 @@ class Harness:
         *,
         lease: Lease | None = None,
         should_stop: Callable[[], bool] | None = None,
+        wait: float | None = 0.0,
+        on_wait: WaitListener | None = None,
     ) -> RunOutcome:
-        """Drive ``run_id`` under its lease; ``LeaseHeld`` if another process has it.
+        """Drive ``run_id`` under its lease; ``LeaseHeld`` if another process has it
+        (after waiting up to ``wait`` seconds for it, as ``resume`` does).
 
         ``should_stop`` is asked between steps: when it says yes the run is left
-        resumable (its lease released) instead of being driven further.
+        resumable (its lease released) instead of being driven further. A resumed run
+        first records what changed while it was stopped (``keel.runtime.resume``); a
+        policy file that became invalid refuses the resume before anything is written.
         """
         state = self.store.load_run(run_id)
         if state.status.terminal:
             return RunOutcome(state=state)
         model = self._model_for(state)
         containment = self.containment(state)  # `required` without bubblewrap stops here
-        held = lease or self.store.acquire_run_lease(run_id, owner=self.owner, ttl=self.lease_ttl)
+        claims = RunTaskClaims.for_run(self.store, run_id, heartbeat_ttl=self.lease_ttl)
+        policy = read_policy_again(state) if state.last_seq > 1 else None
+        taken: TakeOver | None = None
+        if lease is None:
+            lease, taken = take_run_lease(
+                self.store, run_id, owner=self.owner, ttl=self.lease_ttl, wait=wait, on_wait=on_wait
+            )
+        held = lease
         # Another process may have finished or moved the run between the read and the lease.
         state = self.store.load_run(run_id)
         if state.status.terminal:
@@ -207,6 +245,7 @@ class Harness:
             ttl=self.lease_ttl,
             renew=lambda current, ttl: self.store.renew_run_lease(current, ttl=ttl),
             on_lost=lost,
+            on_beat=claims.renew,  # the run's task claims live as long as it runs
         )
         secrets = WorkspaceSecrets(Path(state.workspace))
         driver = Driver(
@@ -227,11 +266,17 @@ class Harness:
         )
         try:
             with heartbeat:
-                if state.last_seq > 1:
-                    driver.commit(
-                        [NewEvent(type=EventType.RUN_RESUMED, data={"owner": self.owner})]
+                holder = held.holder or this_holder()
+                driver.commit(
+                    resume_events(
+                        state, owner=self.owner, holder=holder, takeover=taken, policy=policy
                     )
+                )
+                if driver.state.options.policy != state.options.policy:  # policy_changed
+                    containment = self.containment(driver.state)
+                    driver.gate, driver.guard = containment.gate, containment.guard
                 final = driver.drive()
+                claims.settle(final)  # an ended run gives back the tasks it still holds
         finally:
             if guard.lost is None:
                 self.store.release_run_lease(heartbeat.lease)
@@ -306,7 +351,7 @@ def lease_ttl_from_environment() -> float:
         ttl = float(raw)
     except ValueError:
         ttl = 0.0
-    if not ttl > 0:
+    if not 0 < ttl < math.inf:
         raise ConfigError(f"{LEASE_TTL_VARIABLE}={raw!r}: give the run lease in seconds, e.g. 30")
     return ttl
 

@@ -30,6 +30,8 @@ from keel.core.status import RunStatus
 from keel.core.tasks import Task, TaskStatus
 from keel.runtime.harness import Harness, RunOutcome
 from keel.runtime.heartbeat import Heartbeat
+from keel.runtime.takeover import this_holder
+from keel.runtime.task_claims import release_claims_of_ended_run
 from keel.store.base import Lease
 
 FAILED_ENDINGS = frozenset({RunStatus.FAILED, RunStatus.BLOCKED, RunStatus.CANCELLED})
@@ -111,7 +113,9 @@ class Worker:
 
     def work_once(self) -> bool:
         """Do one queued run or one ready task; False when there was none."""
-        claimed = self.store.claim_next_run(owner=self.owner, ttl=self.harness.lease_ttl)
+        claimed = self.store.claim_next_run(
+            owner=self.owner, ttl=self.harness.lease_ttl, holder=this_holder()
+        )
         if claimed is not None:
             state, lease = claimed
             self._execute_run(state, lease)
@@ -179,7 +183,7 @@ class Worker:
                 )
             except LeaseHeld as exc:
                 self._log(f"task {task.id}: its run is executed elsewhere ({exc})")
-                self._release(task, token)
+                self._release(task, token, f"its run {run_id} is executed elsewhere")
                 return
             except LeaseLost as exc:
                 self._note_error(f"task {task.id}: {exc}")
@@ -213,6 +217,7 @@ class Worker:
                 expected_seq=state.last_seq,
                 lease_token=lease.token if lease else None,
             )
+            release_claims_of_ended_run(self.store, state)
         if lease is not None:
             self.store.release_run_lease(lease)
         return state
@@ -256,11 +261,12 @@ class Worker:
                 self.stats.tasks_failed += 1
             self._log(f"task {task.id}: failed ({reason})")
         else:
-            self._release(task, token)
+            why = f"run {state.run_id} stopped {state.status.value}; it resumes later"
+            self._release(task, token, why)
 
-    def _release(self, task: Task, token: str) -> None:
+    def _release(self, task: Task, token: str, reason: str) -> None:
         try:
-            self.store.release_task(task.id, owner=self.owner, token=token)
+            self.store.release_task(task.id, owner=self.owner, token=token, reason=reason)
         except KeelError as exc:
             self._note_error(f"task {task.id}: could not release: {exc}")
 

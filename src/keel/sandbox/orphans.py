@@ -119,6 +119,15 @@ def settle(process: dict[str, Any], policy: str) -> str:
     return "killed"
 
 
+def running_since(pid: int) -> int | None:
+    """When the live process ``pid`` started (clock ticks since boot); None when no
+    process has that id now (a zombie counts as gone) or there is no /proc."""
+    fields = _stat_fields(pid)
+    if fields is None or fields[0] == "Z":
+        return None
+    return int(fields[19])
+
+
 def _start_ticks(pid: int) -> int | None:
     fields = _stat_fields(pid)
     return int(fields[19]) if fields is not None else None
@@ -139,6 +148,7 @@ __all__ = [
     "identify",
     "kill_all",
     "on_this_machine",
+    "running_since",
     "settle",
     "survivors",
     "wait_until_gone",

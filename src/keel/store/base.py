@@ -9,7 +9,12 @@ Guarantees every backend gives (checked by ``keel.testing.conformance``):
   is the run's (or task's) current, unexpired lease;
 - task claims are atomic: two claimers never both win a task;
 - every task change appends to that task's own gapless history in the same
-  transaction.
+  transaction;
+- every event carries a hash chained to the previous event's (``keel.core.chain``);
+  the database refuses an event whose seq is not the run's last + 1. Readers check
+  the part of the chain they read (``load_run``: the snapshot's event and every event
+  after it; ``read_events``: what it returns) and raise ``LogDamaged`` naming the
+  first bad event; ``verify_log`` checks a run's whole log.
 Times come from the database clock where leases are concerned.
 """
 
@@ -20,11 +25,28 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
+from keel.core.errors import LogDamaged
 from keel.core.events import Event, NewEvent
 from keel.core.state import RunOptions, RunState
 from keel.core.status import RunStatus
 from keel.core.tasks import Task, TaskEvent, TaskStatus
 from keel.store.step import FoldedStep
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseHolder:
+    """The process holding a run lease, as precisely as a later process on the same
+    machine needs to tell whether it still runs (``keel.runtime.takeover``)."""
+
+    host: str  # socket.gethostname()
+    boot_id: str = ""  # /proc/sys/kernel/random/boot_id; "" where the system does not tell
+    pid: int
+    start_ticks: int | None = None  # the process's start, clock ticks since boot
+    pid_ns: str = ""  # its pid namespace, e.g. "pid:[4026531836]": pids compare only within one
+
+    def describe(self) -> str:
+        """E.g. ``pid 4242 on build-7``."""
+        return f"pid {self.pid} on {self.host}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -35,6 +57,7 @@ class Lease:
     owner: str
     token: str
     expires_at: datetime
+    holder: LeaseHolder | None = None  # run leases: where the holder runs (None: not recorded)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,6 +67,20 @@ class Artifact:
     name: str
     size: int
     created_at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogCheck:
+    """What ``Store.verify_log`` found in one run's log."""
+
+    run_id: str
+    events: int  # events whose place and hash checked out (all of them when intact)
+    head_hash: str | None  # the hash of the last of those; pin it elsewhere to pin the log
+    damage: LogDamaged | None = None  # the first bad event; None: intact
+
+    @property
+    def intact(self) -> bool:
+        return self.damage is None
 
 
 @runtime_checkable
@@ -96,11 +133,28 @@ class Store(Protocol):
         ...
 
     def list_runs(self, *, status: RunStatus | None = None, limit: int = 100) -> list[RunState]:
-        """Newest first."""
+        """Newest first; ``LogDamaged`` if a listed run's log is (see ``survey_runs``)."""
+        ...
+
+    def survey_runs(
+        self, *, status: RunStatus | None = None, limit: int = 100
+    ) -> list[RunState | LogDamaged]:
+        """As ``list_runs``, but a run whose log is damaged is listed as its
+        ``LogDamaged`` instead of hiding the other runs."""
         ...
 
     def read_events(self, run_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
-        """Events with ``seq > after`` in order; RunNotFound for an unknown run."""
+        """Events with ``seq > after`` in order; RunNotFound for an unknown run;
+        ``LogDamaged`` if one of them, or their place in the chain, is not as appended."""
+        ...
+
+    def verify_log(self, run_id: str) -> LogCheck:
+        """Check the run's whole log: numbering 1..last, every hash from the genesis
+        one, the run's recorded head and its snapshot's hash. RunNotFound if none."""
+        ...
+
+    def run_ids(self) -> list[str]:
+        """Every run's id, oldest first (what ``keel verify --all`` walks)."""
         ...
 
     def wait_for_events(self, run_id: str, *, after: int, timeout: float) -> bool:
@@ -109,8 +163,21 @@ class Store(Protocol):
 
     # --- run leases ----------------------------------------------------------------
 
-    def acquire_run_lease(self, run_id: str, *, owner: str, ttl: float) -> Lease:
-        """Take the run's lease if free or expired (a takeover); else ``LeaseHeld``."""
+    def acquire_run_lease(
+        self,
+        run_id: str,
+        *,
+        owner: str,
+        ttl: float,
+        holder: LeaseHolder | None = None,
+        replacing: str | None = None,
+    ) -> Lease:
+        """Take the run's lease if free or expired (a takeover); else ``LeaseHeld``.
+
+        ``holder`` is recorded with the lease. ``replacing`` is the token of a live
+        lease whose holder the caller found dead: that lease is taken too, but only
+        while it is still the run's current one (of two callers, one wins).
+        """
         ...
 
     def renew_run_lease(self, lease: Lease, *, ttl: float) -> Lease:
@@ -122,10 +189,12 @@ class Store(Protocol):
         ...
 
     def current_run_lease(self, run_id: str) -> Lease | None:
-        """The unexpired lease on a run, if any."""
+        """The unexpired lease on a run (with its recorded holder), if any."""
         ...
 
-    def claim_next_run(self, *, owner: str, ttl: float) -> tuple[RunState, Lease] | None:
+    def claim_next_run(
+        self, *, owner: str, ttl: float, holder: LeaseHolder | None = None
+    ) -> tuple[RunState, Lease] | None:
         """Lease the oldest queued run, or a running one whose lease expired."""
         ...
 
@@ -183,8 +252,20 @@ class Store(Protocol):
         """Move a failed task back to pending (a new attempt); history keeps the failure."""
         ...
 
-    def release_task(self, task_id: str, *, owner: str, token: str) -> Task:
-        """Give a claimed task back to pending without failing it (graceful shutdown)."""
+    def release_task(
+        self, task_id: str, *, owner: str, token: str, reason: str | None = None
+    ) -> Task:
+        """Give a claimed task back to pending without failing it (graceful shutdown,
+        or the run that claimed it ended); ``reason`` is recorded in its history."""
+        ...
+
+    def cancel_task(self, task_id: str, *, actor: str, reason: str) -> Task:
+        """Withdraw a task for good (``keel.core.tasks.check_cancel`` says who may);
+        its dependents can never be claimed and say so."""
+        ...
+
+    def tasks_held_by(self, owner: str) -> list[Task]:
+        """The in-progress tasks ``owner`` claimed, oldest first (lapsed leases too)."""
         ...
 
     def link_task_run(self, task_id: str, run_id: str, *, owner: str, token: str) -> Task: ...

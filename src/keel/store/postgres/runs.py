@@ -27,14 +27,18 @@ from psycopg import errors as pg_errors
 from keel.core.errors import (
     LeaseHeld,
     LeaseLost,
+    LogDamaged,
     NotFound,
     RunNotFound,
     StoreError,
 )
-from keel.core.events import Event, EventType, NewEvent
+from keel.core.events import Event, NewEvent
 from keel.core.state import RunOptions, RunState
 from keel.core.status import RunStatus
-from keel.store.base import Artifact, Lease
+from keel.store.base import Artifact, Lease, LeaseHolder, LogCheck
+from keel.store.holders import holder_columns, holder_from_columns
+from keel.store.logcheck import checked_state
+from keel.store.postgres import log
 from keel.store.postgres.connection import Database
 from keel.store.postgres.listener import Listener
 from keel.store.sql import load_queries
@@ -42,13 +46,15 @@ from keel.store.step import (
     FoldedStep,
     artifact_id,
     dump_json,
+    first_event,
     fold_step,
-    new_event_id,
     new_run_id,
     refuse_append,
 )
 
 Q = load_queries("keel.store.postgres", "runs.sql")
+_OTHER_HEAD = "the run's recorded chain head is not the event this writer chained onto"
+_NOT_OURS = "an event Keel did not append is already stored there"
 STATE_CACHE_SIZE = 256
 EVENTS_POLL_S = 0.25
 _RACE_RETRIES = 3
@@ -97,7 +103,8 @@ class PostgresRuns:
                 self._states.popitem(last=False)
 
     def _current(self, run_id: str) -> RunState:
-        """The run's state now: one primary-key read, the snapshot only on a cache miss."""
+        """The run's state now: one primary-key read, the snapshot (and the rows a reader
+        checks, ``keel.store.logcheck``) only on a cache miss."""
         cached = self._cached(run_id)
         with self._db.connection() as conn:
             row = conn.execute(
@@ -106,12 +113,10 @@ class PostgresRuns:
             ).fetchone()
         if row is None:
             raise RunNotFound(run_id)
-        last_seq, snapshot = row
+        last_seq, last_hash, snapshot, tail = row
         if snapshot is None and cached is not None:
             return cached
-        state = RunState.from_dict(snapshot)
-        if state.last_seq != last_seq:
-            raise StoreError(f"run {run_id}: snapshot at {state.last_seq}, log at {last_seq}")
+        state = _checked(run_id, last_seq, last_hash, snapshot, tail)
         self._remember(state)
         return state
 
@@ -148,14 +153,7 @@ class PostgresRuns:
                     return existing
             now = datetime.now(UTC)
             run_id = new_run_id()
-            event = Event(
-                run_id=run_id,
-                seq=1,
-                event_id=new_event_id(),
-                type=EventType.RUN_CREATED,
-                recorded_at=now,
-                data=data,
-            )
+            event = first_event(run_id, data, data_text, now=now)
             state = RunState(run_id=run_id).apply(event)
             params = {
                 "id": run_id,
@@ -169,6 +167,7 @@ class PostgresRuns:
                 "at": now,
                 "event_id": event.event_id,
                 "data": data_text,
+                "hash": event.hash,
             }
             try:
                 with self._db.connection() as conn:
@@ -215,7 +214,7 @@ class PostgresRuns:
             step = fold_step(state, events, now=datetime.now(UTC))
             if self._write_step(run_id, step, lease_token):
                 return step.state, step.events
-            self._refusal(run_id, expected_seq, lease_token)
+            self._refusal(run_id, expected_seq, lease_token, base_hash=step.base_hash)
         raise StoreError(f"run {run_id}: append kept racing; retry the step")
 
     def append_folded(
@@ -229,7 +228,7 @@ class PostgresRuns:
             )
         if self._write_step(run_id, step, lease_token):
             return step.state, step.events
-        self._refusal(run_id, step.base_seq, lease_token)
+        self._refusal(run_id, step.base_seq, lease_token, base_hash=step.base_hash)
         raise StoreError(f"append to {run_id} refused and no reason found; retry")
 
     def _write_step(self, run_id: str, step: FoldedStep, lease_token: str | None) -> bool:
@@ -242,31 +241,64 @@ class PostgresRuns:
             "snapshot": dump_json(state.to_dict()),
             "status": state.status.value,
             "last_seq": state.last_seq,
+            "last_hash": state.last_hash,
+            "base_hash": step.base_hash,
             "at": datetime.now(UTC),
             "seqs": [e.seq for e in step.events],
             "event_ids": [e.event_id for e in step.events],
             "types": [e.type.value for e in step.events],
             "ats": [e.recorded_at for e in step.events],
             "datas": step.texts,
+            "hashes": [e.hash for e in step.events],
         }
-        with self._db.connection() as conn, conn.pipeline():
-            appended = conn.execute(Q["append_events"], params)
-            conn.execute(Q["notify_events"], {"id": run_id, "last_seq": state.last_seq})
-            written = appended.fetchall()
+        try:
+            with self._db.connection() as conn, conn.pipeline():
+                appended = conn.execute(Q["append_events"], params)
+                conn.execute(Q["notify_events"], {"id": run_id, "last_seq": state.last_seq})
+                written = appended.fetchall()
+        except StoreError as exc:
+            if isinstance(exc.__cause__, pg_errors.IntegrityError):
+                # The head said base_seq, yet the database refuses the next seq: a row
+                # Keel did not append is already there.
+                raise LogDamaged(run_id, step.base_seq + 1, _NOT_OURS) from None
+            raise
         if written:
             self._remember(state)
         return bool(written)
 
-    def _refusal(self, run_id: str, expected_seq: int, lease_token: str | None) -> None:
-        """Raise why an append at ``expected_seq`` with ``lease_token`` cannot be written."""
+    def _refusal(
+        self,
+        run_id: str,
+        expected_seq: int,
+        lease_token: str | None,
+        *,
+        base_hash: str | None = None,
+    ) -> None:
+        """Raise why an append at ``expected_seq`` with ``lease_token`` (chained onto
+        ``base_hash``, when given) cannot be written."""
         with self._db.connection() as conn:
             head = conn.execute(Q["run_head"], {"id": run_id}).fetchone()
+            chain = conn.execute(log.L["run_head_hash"], {"id": run_id}).fetchone()
         refuse_append(run_id, head, expected_seq=expected_seq, lease_token=lease_token)
+        if base_hash is not None and chain is not None and chain[0] != base_hash:
+            raise LogDamaged(run_id, expected_seq, _OTHER_HEAD)
 
     def load_run(self, run_id: str) -> RunState:
         return self._current(run_id)
 
     def list_runs(self, *, status: RunStatus | None = None, limit: int = 100) -> list[RunState]:
+        """Newest first; LogDamaged for the first listed run whose log is damaged."""
+        listed = []
+        for entry in self.survey_runs(status=status, limit=limit):
+            if isinstance(entry, LogDamaged):
+                raise entry
+            listed.append(entry)
+        return listed
+
+    def survey_runs(
+        self, *, status: RunStatus | None = None, limit: int = 100
+    ) -> list[RunState | LogDamaged]:
+        """As ``list_runs``; a run whose log is damaged is listed as its ``LogDamaged``."""
         with self._db.connection() as conn:
             if status is None:
                 rows = conn.execute(Q["list_runs"], {"limit": limit}).fetchall()
@@ -274,27 +306,23 @@ class PostgresRuns:
                 rows = conn.execute(
                     Q["list_runs_by_status"], {"status": status.value, "limit": limit}
                 ).fetchall()
-        return [RunState.from_dict(row[0]) for row in rows]
+        listed: list[RunState | LogDamaged] = []
+        for run_id, last_seq, last_hash, snapshot, tail in rows:
+            try:
+                listed.append(_checked(run_id, last_seq, last_hash, snapshot, tail))
+            except LogDamaged as damage:
+                listed.append(damage)
+        return listed
 
     def read_events(self, run_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
-        with self._db.connection() as conn:
-            rows = conn.execute(
-                Q["read_events"], {"id": run_id, "after": after, "limit": limit}
-            ).fetchall()
-            if not rows and conn.execute(Q["run_exists"], {"id": run_id}).fetchone() is None:
-                raise RunNotFound(run_id)
-        types = EventType
-        return [
-            Event(
-                run_id=run_id,
-                seq=seq,
-                event_id=event_id,
-                type=types(kind),
-                recorded_at=recorded_at,
-                data=data,
-            )
-            for seq, event_id, kind, recorded_at, data in rows
-        ]
+        return log.read_checked(self._db, run_id, after=after, limit=limit)
+
+    def verify_log(self, run_id: str) -> LogCheck:
+        """The whole log re-hashed from its genesis hash, in one repeatable-read snapshot."""
+        return log.verify_checked(self._db, run_id)
+
+    def run_ids(self) -> list[str]:
+        return log.run_ids(self._db)
 
     def _last_seq(self, run_id: str) -> int:
         with self._db.connection() as conn:
@@ -322,18 +350,32 @@ class PostgresRuns:
 
     # --- run leases ------------------------------------------------------------------
 
-    def acquire_run_lease(self, run_id: str, *, owner: str, ttl: float) -> Lease:
+    def acquire_run_lease(
+        self,
+        run_id: str,
+        *,
+        owner: str,
+        ttl: float,
+        holder: LeaseHolder | None = None,
+        replacing: str | None = None,
+    ) -> Lease:
         token = uuid.uuid4().hex
+        params = {
+            "id": run_id,
+            "owner": owner,
+            "token": token,
+            "ttl": ttl,
+            "replacing": replacing,
+            **_holder_params(holder),
+        }
         with self._db.connection() as conn:
-            row = conn.execute(
-                Q["acquire_run_lease"], {"id": run_id, "owner": owner, "token": token, "ttl": ttl}
-            ).fetchone()
+            row = conn.execute(Q["acquire_run_lease"], params).fetchone()
             if row is None:
                 current = conn.execute(Q["run_lease"], {"id": run_id}).fetchone()
                 if current is None:
                     raise RunNotFound(run_id)
                 raise LeaseHeld(run_id, current[0], current[2])
-        return Lease(subject=run_id, owner=owner, token=token, expires_at=row[0])
+        return Lease(subject=run_id, owner=owner, token=token, expires_at=row[0], holder=holder)
 
     def renew_run_lease(self, lease: Lease, *, ttl: float) -> Lease:
         with self._db.connection() as conn:
@@ -353,7 +395,13 @@ class PostgresRuns:
                     if token == lease.token
                     else "the lease was released",
                 )
-        return Lease(subject=lease.subject, owner=lease.owner, token=lease.token, expires_at=row[0])
+        return Lease(
+            subject=lease.subject,
+            owner=lease.owner,
+            token=lease.token,
+            expires_at=row[0],
+            holder=lease.holder,
+        )
 
     def release_run_lease(self, lease: Lease) -> None:
         with self._db.connection() as conn:
@@ -364,18 +412,25 @@ class PostgresRuns:
             row = conn.execute(Q["run_lease"], {"id": run_id}).fetchone()
         if row is None:
             raise RunNotFound(run_id)
-        owner, token, expires_at, live = row
+        owner, token, expires_at, live = row[:4]
         if token is None or not live:
             return None
-        return Lease(subject=run_id, owner=owner, token=token, expires_at=expires_at)
+        return Lease(
+            subject=run_id,
+            owner=owner,
+            token=token,
+            expires_at=expires_at,
+            holder=holder_from_columns(row[4:]),
+        )
 
-    def claim_next_run(self, *, owner: str, ttl: float) -> tuple[RunState, Lease] | None:
+    def claim_next_run(
+        self, *, owner: str, ttl: float, holder: LeaseHolder | None = None
+    ) -> tuple[RunState, Lease] | None:
         """Lease the oldest claimable run in one statement (``FOR UPDATE SKIP LOCKED``)."""
         token = uuid.uuid4().hex
+        params = {"owner": owner, "token": token, "ttl": ttl, **_holder_params(holder)}
         with self._db.connection() as conn:
-            row = conn.execute(
-                Q["claim_next_run"], {"owner": owner, "token": token, "ttl": ttl}
-            ).fetchone()
+            row = conn.execute(Q["claim_next_run"], params).fetchone()
         if row is None:
             return None
         run_id, last_seq, snapshot, expires_at = row
@@ -383,7 +438,9 @@ class PostgresRuns:
         if state.last_seq != last_seq:
             raise StoreError(f"run {run_id}: snapshot at {state.last_seq}, log at {last_seq}")
         self._remember(state)
-        return state, Lease(subject=run_id, owner=owner, token=token, expires_at=expires_at)
+        return state, Lease(
+            subject=run_id, owner=owner, token=token, expires_at=expires_at, holder=holder
+        )
 
     # --- artifacts -------------------------------------------------------------------
 
@@ -413,6 +470,22 @@ class PostgresRuns:
         if row is None:
             raise NotFound(f"no artifact with id {artifact_id!r}; `keel show RUN_ID` lists a run's")
         return _artifact(row[:5]), bytes(row[5])
+
+
+def _checked(
+    run_id: str, last_seq: int, last_hash: str | None, snapshot: Any, tail: Any
+) -> RunState:
+    """The run's state from its snapshot and the rows after it, their chain checked."""
+    try:
+        state = RunState.from_dict(snapshot)
+    except (KeyError, ValueError, TypeError, AttributeError):
+        raise LogDamaged(run_id, int(last_seq), "the run's snapshot is unreadable") from None
+    return checked_state(run_id, state, tail or (), head_seq=int(last_seq), head_hash=last_hash)
+
+
+def _holder_params(holder: LeaseHolder | None) -> dict[str, Any]:
+    host, boot_id, pid, pid_start, pid_ns = holder_columns(holder)
+    return {"host": host, "boot_id": boot_id, "pid": pid, "pid_start": pid_start, "pid_ns": pid_ns}
 
 
 def _artifact(row: Sequence[Any]) -> Artifact:

@@ -6,7 +6,10 @@ insert the events and the new snapshot, commit. Its cost depends on the step,
 never on the run's length. The last folded state of recently used runs is kept
 in memory keyed by ``(run_id, last_seq)``: events are immutable, so a state with
 the same last sequence is the same state, and a writer in another process simply
-makes the key miss.
+makes the key miss. A step's events come hashed by ``fold_step``; the head moves only
+if the run's recorded chain head is still the hash they chained onto, and the database
+refuses an event that is not the run's next (``keel.store.sqlite.log`` reads them back
+checked).
 """
 
 from __future__ import annotations
@@ -21,34 +24,41 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from keel.core.chain import chain_time
 from keel.core.errors import (
     LeaseHeld,
     LeaseLost,
+    LogDamaged,
     NotFound,
     RunNotFound,
     StoreError,
 )
-from keel.core.events import Event, EventType, NewEvent
+from keel.core.events import Event, NewEvent
 from keel.core.state import RunOptions, RunState
 from keel.core.status import RunStatus
-from keel.store.base import Artifact, Lease
+from keel.store.base import Artifact, Lease, LeaseHolder, LogCheck
+from keel.store.holders import holder_columns, holder_from_columns
 from keel.store.sql import load_queries
+from keel.store.sqlite import log
 from keel.store.sqlite.connection import Database
 from keel.store.step import (
     FoldedStep,
     artifact_id,
     dump_json,
+    first_event,
     fold_step,
-    new_event_id,
     new_run_id,
     refuse_append,
 )
 
 Q = load_queries("keel.store.sqlite", "runs.sql")
-_EVENT_TYPES = {t.value: t for t in EventType}  # a dict lookup is ~5x cheaper than EventType(v)
 STATE_CACHE_SIZE = 256
 SNAPSHOT_EVERY = 48  # events between snapshot rewrites (a status change always rewrites)
 ARTIFACT_ID_HEX = 32
+
+
+_OTHER_HEAD = "the run's recorded chain head is not the event this writer chained onto"
+_NOT_OURS = "an event Keel did not append is already stored there"
 
 
 def utc_text(moment: datetime) -> str:
@@ -98,13 +108,7 @@ class SQLiteRuns:
         cached = self._cached(run_id, last_seq)
         if cached is not None:
             return cached
-        row = conn.execute(Q["run_snapshot"], (run_id,)).fetchone()
-        if row is None:
-            raise RunNotFound(run_id)
-        state = RunState.from_dict(json.loads(row[0]))
-        snapshot_seq = state.last_seq
-        for event in self._events(conn, run_id, snapshot_seq, -1):
-            state = state.apply(event)
+        state, snapshot_seq = log.load_checked(conn, run_id)
         self._remember(state, snapshot_seq)
         return state, snapshot_seq
 
@@ -141,17 +145,10 @@ class SQLiteRuns:
             if parent_id is not None and not conn.execute(Q["run_exists"], (parent_id,)).fetchone():
                 raise RunNotFound(parent_id)
             now = datetime.now(UTC)
-            now_text = utc_text(now)
+            now_text = chain_time(now)
             while True:
                 run_id = new_run_id()
-                event = Event(
-                    run_id=run_id,
-                    seq=1,
-                    event_id=new_event_id(),
-                    type=EventType.RUN_CREATED,
-                    recorded_at=now,
-                    data=data,
-                )
+                event = first_event(run_id, data, data_text, now=now)
                 state = RunState(run_id=run_id).apply(event)
                 try:
                     conn.execute(
@@ -166,6 +163,7 @@ class SQLiteRuns:
                             idempotency_key,
                             dump_json(state.to_dict()),
                             1,
+                            event.hash,
                             now_text,
                             now_text,
                         ),
@@ -175,7 +173,7 @@ class SQLiteRuns:
                 break
             conn.execute(
                 Q["insert_event"],
-                (run_id, 1, event.event_id, event.type.value, now_text, data_text),
+                (run_id, 1, event.event_id, event.type.value, now_text, data_text, event.hash),
             )
         self._remember(state, 1)
         return state
@@ -228,10 +226,13 @@ class SQLiteRuns:
         state, stored, expected_seq = step.state, step.events, step.base_seq
         seq = state.last_seq
         now_text = utc_text(datetime.now(UTC))
-        rows = [
-            (run_id, e.seq, e.event_id, e.type.value, utc_text(e.recorded_at), text)
-            for e, text in zip(stored, step.texts, strict=True)
-        ]
+        rows = []
+        at: datetime | None = None
+        at_text = ""
+        for e, text in zip(stored, step.texts, strict=True):
+            if e.recorded_at is not at:  # a step's events share one time: format it once
+                at, at_text = e.recorded_at, chain_time(e.recorded_at)
+            rows.append((run_id, e.seq, e.event_id, e.type.value, at_text, text, e.hash))
         # The snapshot is rewritten on every status change and every SNAPSHOT_EVERY events;
         # readers fold the few events after it, so an append stays O(new events).
         rewrite = state.status is not step.base_status or seq - snapshot_seq >= SNAPSHOT_EVERY
@@ -241,9 +242,11 @@ class SQLiteRuns:
                     dump_json(state.to_dict()),
                     state.status.value,
                     seq,
+                    state.last_hash,
                     now_text,
                     run_id,
                     expected_seq,
+                    step.base_hash,
                     lease_token,
                     lease_token,
                 )
@@ -252,17 +255,27 @@ class SQLiteRuns:
                 params = (
                     state.status.value,
                     seq,
+                    state.last_hash,
                     now_text,
                     run_id,
                     expected_seq,
+                    step.base_hash,
                     lease_token,
                     lease_token,
                 )
                 cursor = conn.execute(Q["advance_run"], params)
             if cursor.rowcount != 1:
                 self._check_head(conn, run_id, expected_seq, lease_token)
+                head = conn.execute(log.L["run_chain_head"], (run_id,)).fetchone()
+                if head is not None and head[1] != step.base_hash:
+                    raise LogDamaged(run_id, expected_seq, _OTHER_HEAD)
                 raise StoreError(f"append to {run_id} refused and no reason found; retry")
-            conn.executemany(Q["insert_event"], rows)
+            try:
+                conn.executemany(Q["insert_event"], rows)
+            except sqlite3.IntegrityError:
+                # The head said expected_seq, yet the database refuses the next seq: a
+                # row Keel did not append is already there.
+                raise LogDamaged(run_id, expected_seq + 1, _NOT_OURS) from None
         self._remember(state, seq if rewrite else snapshot_seq)
         return state, stored
 
@@ -282,18 +295,43 @@ class SQLiteRuns:
             return self._state_at(conn, run_id, self._last_seq(conn, run_id))
 
     def list_runs(self, *, status: RunStatus | None = None, limit: int = 100) -> list[RunState]:
+        """Newest first; LogDamaged for the first listed run whose log is damaged."""
+        listed = []
+        for entry in self.survey_runs(status=status, limit=limit):
+            if isinstance(entry, LogDamaged):
+                raise entry
+            listed.append(entry)
+        return listed
+
+    def survey_runs(
+        self, *, status: RunStatus | None = None, limit: int = 100
+    ) -> list[RunState | LogDamaged]:
+        """As ``list_runs``; a run whose log is damaged is listed as its ``LogDamaged``."""
+        listed: list[RunState | LogDamaged] = []
         with self._db.read() as conn:
             if status is None:
                 rows = conn.execute(Q["list_runs"], (limit,)).fetchall()
             else:
                 rows = conn.execute(Q["list_runs_by_status"], (status.value, limit)).fetchall()
-            return [self._state_at(conn, run_id, last_seq) for run_id, last_seq in rows]
+            for run_id, last_seq in rows:
+                try:
+                    listed.append(self._state_at(conn, run_id, last_seq))
+                except LogDamaged as damage:
+                    listed.append(damage)
+        return listed
 
     def read_events(self, run_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
         with self._db.read() as conn:
-            if conn.execute(Q["run_exists"], (run_id,)).fetchone() is None:
-                raise RunNotFound(run_id)
-            return self._events(conn, run_id, after, -1 if limit is None else limit)
+            return log.read_checked(conn, run_id, after=after, limit=limit)
+
+    def verify_log(self, run_id: str) -> LogCheck:
+        """The whole log re-hashed from its genesis hash in one read transaction."""
+        with self._db.read() as conn:
+            return log.verify_checked(conn, run_id)
+
+    def run_ids(self) -> list[str]:
+        with self._db.read() as conn:
+            return log.run_ids(conn)
 
     def wait_for_events(self, run_id: str, *, after: int, timeout: float) -> bool:
         """Poll the run's last sequence every 50 ms (one primary-key lookup)."""
@@ -314,44 +352,43 @@ class SQLiteRuns:
             raise RunNotFound(run_id)
         return int(row[0])
 
-    @staticmethod
-    def _events(conn: sqlite3.Connection, run_id: str, after: int, limit: int) -> list[Event]:
-        loads = json.loads
-        parse = datetime.fromisoformat
-        types = _EVENT_TYPES
-        return [
-            Event(
-                run_id=run_id,
-                seq=seq,
-                event_id=event_id,
-                type=types[kind],
-                recorded_at=parse(recorded_at),
-                data=loads(data),
-            )
-            for seq, event_id, kind, recorded_at, data in conn.execute(
-                Q["read_events"], (run_id, after, limit)
-            )
-        ]
-
     # --- run leases ------------------------------------------------------------------
 
-    def acquire_run_lease(self, run_id: str, *, owner: str, ttl: float) -> Lease:
+    def acquire_run_lease(
+        self,
+        run_id: str,
+        *,
+        owner: str,
+        ttl: float,
+        holder: LeaseHolder | None = None,
+        replacing: str | None = None,
+    ) -> Lease:
         with self._db.write() as conn:
             row = conn.execute(Q["run_lease"], (run_id,)).fetchone()
             if row is None:
                 raise RunNotFound(run_id)
-            held_by, token, expires_at, live = row
-            if token is not None and live:
+            held_by, token, expires_at, live = row[:4]
+            if token is not None and live and (replacing is None or token != replacing):
                 raise LeaseHeld(run_id, held_by, epoch_to_datetime(expires_at))
-            return self._take_run_lease(conn, run_id, owner, ttl)
+            return self._take_run_lease(conn, run_id, owner, ttl, holder)
 
     def _take_run_lease(
-        self, conn: sqlite3.Connection, run_id: str, owner: str, ttl: float
+        self,
+        conn: sqlite3.Connection,
+        run_id: str,
+        owner: str,
+        ttl: float,
+        holder: LeaseHolder | None,
     ) -> Lease:
         token = uuid.uuid4().hex
-        (expires_at,) = conn.execute(Q["take_run_lease"], (owner, token, ttl, run_id)).fetchone()
+        params = (owner, token, ttl, *holder_columns(holder), run_id)
+        (expires_at,) = conn.execute(Q["take_run_lease"], params).fetchone()
         return Lease(
-            subject=run_id, owner=owner, token=token, expires_at=epoch_to_datetime(expires_at)
+            subject=run_id,
+            owner=owner,
+            token=token,
+            expires_at=epoch_to_datetime(expires_at),
+            holder=holder,
         )
 
     def renew_run_lease(self, lease: Lease, *, ttl: float) -> Lease:
@@ -375,6 +412,7 @@ class SQLiteRuns:
             owner=lease.owner,
             token=lease.token,
             expires_at=epoch_to_datetime(row[0]),
+            holder=lease.holder,
         )
 
     def release_run_lease(self, lease: Lease) -> None:
@@ -386,21 +424,30 @@ class SQLiteRuns:
             row = conn.execute(Q["run_lease"], (run_id,)).fetchone()
         if row is None:
             raise RunNotFound(run_id)
-        owner, token, expires_at, live = row
+        owner, token, expires_at, live = row[:4]
         if token is None or not live:
             return None
         return Lease(
-            subject=run_id, owner=owner, token=token, expires_at=epoch_to_datetime(expires_at)
+            subject=run_id,
+            owner=owner,
+            token=token,
+            expires_at=epoch_to_datetime(expires_at),
+            holder=holder_from_columns(row[4:]),
         )
 
-    def claim_next_run(self, *, owner: str, ttl: float) -> tuple[RunState, Lease] | None:
+    def claim_next_run(
+        self, *, owner: str, ttl: float, holder: LeaseHolder | None = None
+    ) -> tuple[RunState, Lease] | None:
         """Atomically lease the oldest claimable run (queued, or running with a dead holder)."""
         with self._db.write() as conn:
             row = conn.execute(Q["next_claimable_run"]).fetchone()
             if row is None:
                 return None
             run_id = row[0]
-            lease = self._take_run_lease(conn, run_id, owner, ttl)
+            lease = self._take_run_lease(conn, run_id, owner, ttl, holder)
+        # Read after the lease is committed: a run whose log is damaged (LogDamaged) stays
+        # leased by this claimer until the lease lapses, instead of being claimed again at once.
+        with self._db.read() as conn:
             state = self._state_at(conn, run_id, self._last_seq(conn, run_id))
         return state, lease
 

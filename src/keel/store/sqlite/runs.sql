@@ -11,11 +11,13 @@ SELECT 1 FROM runs WHERE id = ?
 -- name: insert_run
 INSERT INTO runs (
     id, parent_id, task_id, status, goal, workspace, idempotency_key,
-    snapshot, last_seq, created_at, updated_at
-) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    snapshot, last_seq, last_hash, created_at, updated_at
+) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 
 -- name: insert_event
-INSERT INTO events (run_id, seq, event_id, type, recorded_at, data) VALUES (?, ?, ?, ?, ?, ?)
+-- The database refuses a seq that is not the run's last + 1, and a row without its hash.
+INSERT INTO events (run_id, seq, event_id, type, recorded_at, data, hash)
+VALUES (?, ?, ?, ?, ?, ?, ?)
 
 -- name: run_head
 -- What an append needs to decide: the sequence, and whether a lease token still holds.
@@ -25,19 +27,19 @@ SELECT last_seq, lease_token,
 FROM runs WHERE id = ?
 
 -- name: run_snapshot
-SELECT snapshot, last_seq FROM runs WHERE id = ?
+SELECT snapshot, last_seq, last_hash FROM runs WHERE id = ?
 
 -- name: advance_run_with_snapshot
--- One step's head move, only if the writer saw the last sequence and (when it writes
--- under a lease) still holds that lease; 0 rows changed means refused.
-UPDATE runs SET snapshot = ?, status = ?, last_seq = ?, updated_at = ?
-WHERE id = ? AND last_seq = ?
+-- One step's head move, only if the writer saw the last sequence and its chain hash and
+-- (when it writes under a lease) still holds that lease; 0 rows changed means refused.
+UPDATE runs SET snapshot = ?, status = ?, last_seq = ?, last_hash = ?, updated_at = ?
+WHERE id = ? AND last_seq = ? AND last_hash IS ?
   AND (? IS NULL
        OR (lease_token = ? AND lease_expires_at > ((julianday('now') - 2440587.5) * 86400.0)))
 
 -- name: advance_run
-UPDATE runs SET status = ?, last_seq = ?, updated_at = ?
-WHERE id = ? AND last_seq = ?
+UPDATE runs SET status = ?, last_seq = ?, last_hash = ?, updated_at = ?
+WHERE id = ? AND last_seq = ? AND last_hash IS ?
   AND (? IS NULL
        OR (lease_token = ? AND lease_expires_at > ((julianday('now') - 2440587.5) * 86400.0)))
 
@@ -51,18 +53,23 @@ SELECT id, last_seq FROM runs ORDER BY created_at DESC, rowid DESC LIMIT ?
 SELECT id, last_seq FROM runs WHERE status = ? ORDER BY created_at DESC, rowid DESC LIMIT ?
 
 -- name: read_events
-SELECT seq, event_id, type, recorded_at, data FROM events
-WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?
+-- From seq ? on, inclusive: a reader starts at the event before the ones it wants, whose
+-- stored hash the next one chains to (keel.store.sqlite.log).
+SELECT seq, event_id, type, recorded_at, data, hash FROM events
+WHERE run_id = ? AND seq >= ? ORDER BY seq LIMIT ?
 
 -- name: run_lease
 SELECT lease_owner, lease_token, lease_expires_at,
-       lease_expires_at > ((julianday('now') - 2440587.5) * 86400.0) AS lease_live
+       lease_expires_at > ((julianday('now') - 2440587.5) * 86400.0) AS lease_live,
+       lease_host, lease_boot_id, lease_pid, lease_pid_start, lease_pid_ns
 FROM runs WHERE id = ?
 
 -- name: take_run_lease
+-- The holder's process (host, boot, pid, start ticks, pid namespace) goes with the lease.
 UPDATE runs
 SET lease_owner = ?, lease_token = ?,
-    lease_expires_at = ((julianday('now') - 2440587.5) * 86400.0) + ?
+    lease_expires_at = ((julianday('now') - 2440587.5) * 86400.0) + ?,
+    lease_host = ?, lease_boot_id = ?, lease_pid = ?, lease_pid_start = ?, lease_pid_ns = ?
 WHERE id = ?
 RETURNING lease_expires_at
 
@@ -74,7 +81,9 @@ WHERE id = ? AND lease_token = ?
 RETURNING lease_expires_at
 
 -- name: release_run_lease
-UPDATE runs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = 0
+UPDATE runs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = 0,
+    lease_host = NULL, lease_boot_id = NULL, lease_pid = NULL, lease_pid_start = NULL,
+    lease_pid_ns = NULL
 WHERE id = ? AND lease_token = ?
 
 -- name: next_claimable_run

@@ -1,0 +1,109 @@
+"""Every `keel … --json` command prints strict JSON (RFC 8259: no NaN, no Infinity).
+
+The test drives each command that has ``--json`` against one real store, parses every
+line it printed with a parser that refuses NaN and Infinity, and fails when a command
+gains ``--json`` without being driven here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from keel.cli.app import app
+from keel.testing.cli import DONE, KeelWorkspace, call, expect, turn
+
+
+def commands_with_json() -> set[str]:
+    """Every command path (``run``, ``tasks list`` …) that takes ``--json``."""
+    found: set[str] = set()
+
+    def walk(command: Any, path: tuple[str, ...]) -> None:
+        subcommands = getattr(command, "commands", None)
+        if subcommands is not None:
+            for name, sub in subcommands.items():
+                walk(sub, (*path, name))
+        elif any("--json" in getattr(p, "opts", ()) for p in command.params):
+            found.add(" ".join(path))
+
+    walk(typer.main.get_command(app), ())
+    return found
+
+
+def strict_loads(text: str) -> Any:
+    def refuse(literal: str) -> Any:
+        raise ValueError(f"not JSON: {literal}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+class JsonKeel:
+    """Runs ``keel ARGS --json`` and parses every line it printed.
+
+    Run commands are real ``keel`` processes; the quick task commands run the same
+    app in this process (``CliRunner``), which keeps the test fast.
+    """
+
+    def __init__(self, ws: KeelWorkspace) -> None:
+        self.ws = ws
+        self.ran: set[str] = set()
+
+    def __call__(self, *args: str, code: int = 0) -> list[Any]:
+        if args[0] == "tasks":
+            env = {**self.ws.env, "KEEL_STORE": self.ws.url}
+            invoked = CliRunner().invoke(app, [*args, "--json"], env=env)
+            assert invoked.exit_code == code, invoked.output
+            out = invoked.stdout
+        else:
+            result = self.ws.keel(*args, "--json")
+            out = expect(result, code)
+            assert "Traceback" not in result.stderr
+        self.ran.add(" ".join(args[:2]) if args[0] == "tasks" else args[0])
+        lines = [line for line in out.splitlines() if line.strip()]
+        assert lines, f"keel {' '.join(args)} --json printed nothing"
+        return [strict_loads(line) for line in lines]
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> KeelWorkspace:
+    workspace = KeelWorkspace(tmp_path)
+    workspace.env["KEEL_AGENT_ID"] = "agent-1"
+    return workspace
+
+
+def test_every_json_command_prints_strict_json(ws: KeelWorkspace) -> None:
+    keel = JsonKeel(ws)
+    write = call("write_file", path="notes.txt", content="n\n")
+
+    printed = keel("run", "take notes", "--model", ws.script(turn(write), DONE))
+    run_id = printed[0]["run_id"]
+    assert printed[-1]["status"] == "completed"
+    asking = ws.script(turn(call("write_file", path="b.txt", content="b\n")), DONE)
+    waiting = keel("run", "write b", "--model", asking, "--mode", "ask", code=3)[0]["run_id"]
+    expect(ws.keel("approve", waiting), 0)
+    assert keel("resume", waiting)[-1]["status"] == "completed"
+    assert {r["run_id"] for r in keel("runs")[0]} == {run_id, waiting}
+    assert keel("show", run_id)[0]["status"] == "completed"
+    assert [e["seq"] for e in keel("events", run_id)][:2] == [1, 2]
+    keel("verify", run_id)
+
+    first = keel("tasks", "create", "create the schema")[0]["id"]
+    second = keel("tasks", "create", "write the API")[0]["id"]
+    third = keel("tasks", "create", "write docs")[0]["id"]
+    keel("tasks", "block", second, "--by", first)
+    keel("tasks", "list")
+    keel("tasks", "show", first)
+    keel("tasks", "claim", first)
+    keel("tasks", "complete", first, "--result", "done")
+    keel("tasks", "claim", second)
+    keel("tasks", "fail", second, "--reason", "no time")
+    keel("tasks", "reopen", second)
+    keel("tasks", "cancel", third, "--reason", "not needed")
+    keel("tasks", "graph")
+
+    assert keel.ran == commands_with_json(), "drive every --json command in this test"
