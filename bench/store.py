@@ -38,7 +38,8 @@ from typing import Any
 
 from keel.core.chain import chain_time, plain, plain_event_hash
 from keel.core.events import EventType, NewEvent
-from keel.core.state import RunOptions, RunState
+from keel.core.records import RunOptions
+from keel.core.state import RunState
 from keel.store import step as step_module
 from keel.store.sqlite.store import SQLiteStore
 

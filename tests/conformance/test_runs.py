@@ -19,7 +19,8 @@ from keel.core.errors import (
     RunNotFound,
 )
 from keel.core.events import EventType, NewEvent
-from keel.core.state import RunOptions, RunState
+from keel.core.records import RunOptions
+from keel.core.state import RunState
 from keel.core.status import RunStatus
 from keel.store.base import Store, iter_all_events
 from keel.store.step import fold_step

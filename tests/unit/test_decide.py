@@ -15,7 +15,8 @@ import pytest
 
 from keel.core.budget import Budget
 from keel.core.events import Event, EventType, NewEvent
-from keel.core.state import RunOptions, RunState, ValidationRecord, transition
+from keel.core.records import RunOptions, ValidationRecord
+from keel.core.state import RunState, transition
 from keel.core.status import RunStatus
 from keel.loop.actions import Action, CallModel, Commit, Halt, ReconcileCall, RunTool, RunVerifiers
 from keel.loop.catalog import RegistryCatalog

@@ -12,7 +12,8 @@ import pytest
 
 from keel.core.errors import NothingPending, UsageError
 from keel.core.events import Event, EventType, NewEvent
-from keel.core.state import Grant, RunOptions, RunState
+from keel.core.records import Grant, RunOptions
+from keel.core.state import RunState
 from keel.policy import (
     approval_digest,
     approval_request,

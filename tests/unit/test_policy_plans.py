@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from keel.core.events import Event, EventType, NewEvent
-from keel.core.state import RunOptions, RunState, Todo, in_plan_paths
+from keel.core.records import RunOptions, Todo, in_plan_paths
+from keel.core.state import RunState
 from keel.policy import Mode, Policy, plan_approved_events, todos_from_plan
 from keel.policy.plans import plan_change_decision, plan_digest, plan_paths
 

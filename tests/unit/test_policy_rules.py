@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from keel.core.errors import ConfigError
-from keel.core.state import RunOptions
+from keel.core.records import RunOptions
 from keel.policy import Decision, Mode, Policy, load_policy
 
 WORKSPACE = Path("/srv/work/project")

@@ -8,7 +8,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from keel.core.events import Event, EventType, NewEvent
-from keel.core.state import RunOptions, RunState
+from keel.core.records import RunOptions
+from keel.core.state import RunState
 from keel.policy.rules import Policy, Rule
 from keel.runtime.resume import policy_events, policy_summary
 

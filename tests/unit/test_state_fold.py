@@ -8,7 +8,8 @@ from datetime import UTC, datetime
 import pytest
 
 from keel.core.events import Event, EventType, NewEvent
-from keel.core.state import Grant, RunOptions, RunState, transition
+from keel.core.records import Grant, RunOptions
+from keel.core.state import RunState, transition
 from keel.core.status import RunStatus
 from keel.testing.stores import legal_step
 

@@ -15,14 +15,14 @@ from typing import Any
 
 from keel.core.errors import ToolArgumentError, ToolError
 from keel.core.text import printable
-from keel.loop.decide import Gate, Verdict
+from keel.loop.situation import Gate, Verdict
 from keel.policy.modes import Mode
 from keel.tools.base import Tool
 from keel.tools.registry import ToolRegistry
 
 
 class RegistryCatalog:
-    """Adapts ``ToolRegistry`` to ``keel.loop.decide.ToolCatalog``."""
+    """Adapts ``ToolRegistry`` to ``keel.loop.situation.ToolCatalog``."""
 
     def __init__(self, registry: ToolRegistry) -> None:
         self._registry = registry

@@ -9,10 +9,7 @@ approvals, completion by evidence — is decided here and tested without I/O.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from keel.core.budget import Dimension
 from keel.core.errors import ToolError
@@ -24,14 +21,13 @@ from keel.loop.actions import (
     CallModel,
     Commit,
     Halt,
-    ReconcileCall,
     RunTool,
     RunVerifiers,
-    SettleProcess,
 )
 from keel.loop.outcomes import failed_event, finished_event, loose_arguments, note_event
+from keel.loop.reconcile import reconcile
+from keel.loop.situation import Gate, Situation, ToolCatalog, Verdict
 from keel.policy.approvals import (
-    DEFAULT_REQUEST_TTL_S,
     approval_digest,
     approval_request,
     expires_at,
@@ -70,59 +66,6 @@ SIDE_EFFECTS = frozenset({"write", "execute", "external"})
 DISPATCH_DIMENSIONS = (Dimension.TOOL_CALLS, Dimension.WALL_TIME)  # what running a call uses
 
 
-class ToolInfo(Protocol):
-    @property
-    def name(self) -> str: ...
-    @property
-    def effect(self) -> str: ...
-    @property
-    def recovery(self) -> str: ...
-
-
-class ToolCatalog(Protocol):
-    """What the decision needs to know of the tools: their kind, and argument checks."""
-
-    def describe(self, name: str) -> ToolInfo:
-        """The tool named ``name``; ToolError naming the available tools if unknown."""
-        ...
-
-    def validate(self, name: str, raw: str | dict[str, Any]) -> dict[str, Any]:
-        """Validated arguments; ToolError (precise, for the model) if they are wrong."""
-        ...
-
-
-class Verdict(Protocol):
-    @property
-    def action(self) -> str: ...  # "allow" | "ask" | "deny"
-    @property
-    def rule(self) -> str: ...
-    @property
-    def reason(self) -> str: ...
-    @property
-    def permanent(self) -> bool: ...
-    @property
-    def writes_git(self) -> bool: ...
-
-
-class Gate(Protocol):
-    """The permission policy."""
-
-    def decide(
-        self, tool: str, effect: str, arguments: dict[str, Any], *, mode: Mode, workspace: Path
-    ) -> Verdict: ...
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Situation:
-    """Everything besides the run state that a decision depends on."""
-
-    catalog: ToolCatalog
-    gate: Gate
-    workspace: Path
-    now: datetime  # decides which approval requests and grants have expired
-    approval_ttl_s: float = DEFAULT_REQUEST_TTL_S  # when the run sets no approval timeout
-
-
 # --- the decision ------------------------------------------------------------------------
 
 
@@ -139,7 +82,7 @@ def decide(state: RunState, sit: Situation) -> Action:
         return RunVerifiers(commands=state.options.verify)
     # running
     if state.open_calls:
-        return _reconcile(state, sit, next(iter(state.open_calls.values())))
+        return reconcile(state, sit, next(iter(state.open_calls.values())))
     if state.turn_calls:
         # The turn was already paid for: its calls run unless they would overrun
         # the dimensions running them consumes. Steps, tokens and cost stop the
@@ -524,78 +467,6 @@ def _control(
             transition(state, RunStatus.WAITING, f"question:{call_id}"),
         )
     raise AssertionError(f"not a control tool: {name}")
-
-
-# --- recovery of a call that started but never finished ---------------------------------
-
-
-def _reconcile(state: RunState, sit: Situation, call: dict[str, Any]) -> Action:
-    call_id, name = str(call["call_id"]), str(call["tool"])
-    args: dict[str, Any] = call.get("arguments") or {}
-    recovery = call.get("recovery") or "manual"
-    if recovery in ("replay_safe", "idempotent"):
-        return RunTool(
-            call_id=call_id,
-            tool=name,
-            arguments=args,
-            effect=str(call.get("effect") or "execute"),
-            recovery=recovery,
-            record_start=False,
-        )
-    if recovery == "verify_then_continue":
-        return ReconcileCall(
-            call_id=call_id, tool=name, arguments=args, intent=dict(call.get("intent") or {})
-        )
-    process = call.get("process")
-    if isinstance(process, dict) and not call.get("settled"):
-        return SettleProcess(call_id=call_id, process=dict(process))
-    digest = approval_digest(name, args, str(sit.workspace))
-    if grant_usable(state, digest, sit.now):  # a person said: run it again
-        effect = str(call.get("effect") or "execute")
-        verdict = sit.gate.decide(
-            name, effect, args, mode=Mode(state.mode), workspace=sit.workspace
-        )
-        return RunTool(
-            call_id=call_id,
-            tool=name,
-            arguments=args,
-            effect=effect,
-            recovery=recovery,
-            grant=digest,
-            record_start=True,
-            git_writable=verdict.writes_git,
-        )
-    return Commit(
-        events=(
-            NewEvent(
-                type=EventType.APPROVAL_REQUESTED,
-                data={
-                    "kind": "unknown_outcome",
-                    "call_id": call_id,
-                    "tool": name,
-                    "arguments": args,
-                    "digest": digest,
-                    "risk": "high",
-                    "why": "the process stopped while this call ran; it may or may not have "
-                    "taken effect. Approve to run it again once, or deny to record it as not done."
-                    + _settled_note(call),
-                    "expires_at": None,
-                },
-            ),
-            transition(state, RunStatus.WAITING, f"unknown_outcome:{call_id}"),
-        )
-    )
-
-
-def _settled_note(call: dict[str, Any]) -> str:
-    outcome = call.get("settled")
-    notes = {
-        "gone": " Its program was no longer running when the run resumed.",
-        "waited": " Its program was still running; the resume waited until it ended.",
-        "killed": " Its program was still running; the resume killed it (policy: kill).",
-        "elsewhere": " Its program ran on another host; whether it still runs is unknown.",
-    }
-    return notes.get(str(outcome), "")
 
 
 __all__ = ["Gate", "Situation", "ToolCatalog", "decide"]

@@ -15,7 +15,8 @@ from dataclasses import replace
 from typing import Any
 
 from keel.core.events import EventType, NewEvent
-from keel.core.state import RunState, ValidationRecord, transition
+from keel.core.records import ValidationRecord
+from keel.core.state import RunState, transition
 from keel.core.status import RunStatus
 from keel.core.text import MAX_DEPTH
 from keel.loop.actions import RunTool

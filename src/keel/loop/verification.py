@@ -11,8 +11,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from keel.core.guard import PathGuard
+from keel.core.records import ValidationRecord
 from keel.core.redact import Redactor
-from keel.core.state import RunState, ValidationRecord
+from keel.core.state import RunState
 from keel.loop.faults import fault_point
 from keel.sandbox.base import Sandbox
 from keel.store.base import Store

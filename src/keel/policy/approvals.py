@@ -26,7 +26,8 @@ from typing import Any, Literal
 from keel.core.budget import MAX_SECONDS
 from keel.core.errors import NothingPending, UsageError
 from keel.core.events import EventType, NewEvent
-from keel.core.state import RunState, canonical_json
+from keel.core.records import canonical_json
+from keel.core.state import RunState
 from keel.policy.modes import PLAN_WRITE
 from keel.policy.plans import plan_digest
 

@@ -43,7 +43,8 @@ from typing import Any
 
 from keel.core.events import EventType, NewEvent
 from keel.core.guard import PLAN_FILE
-from keel.core.state import RunState, Todo
+from keel.core.records import Todo
+from keel.core.state import RunState
 from keel.policy.modes import DEFAULT_MODE, PLAN_WRITE, Decision, Mode, parse_mode
 from keel.policy.rules import workspace_relative
 

@@ -17,7 +17,8 @@ from typing import Any
 from keel.core.budget import Budget, check_budget, check_seconds
 from keel.core.errors import ConfigError
 from keel.core.events import Event
-from keel.core.state import RunOptions, RunState
+from keel.core.records import RunOptions
+from keel.core.state import RunState
 from keel.core.status import RunStatus
 from keel.loop.driver import Driver, EventSink, LeaseGuard
 from keel.models.base import Model

@@ -20,7 +20,8 @@ from typing import Any
 
 from keel.core.errors import ToolError
 from keel.core.events import EventType, NewEvent
-from keel.core.state import RunState, canonical_json
+from keel.core.records import canonical_json
+from keel.core.state import RunState
 from keel.loop.outcomes import note_event
 from keel.policy.rules import POLICY_FILE, Policy, Rule, load_policy
 from keel.runtime.takeover import TakeOver

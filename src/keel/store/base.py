@@ -27,7 +27,8 @@ from typing import Protocol, runtime_checkable
 
 from keel.core.errors import LogDamaged
 from keel.core.events import Event, NewEvent
-from keel.core.state import RunOptions, RunState
+from keel.core.records import RunOptions
+from keel.core.state import RunState
 from keel.core.status import RunStatus
 from keel.core.tasks import Task, TaskEvent, TaskStatus
 from keel.store.step import FoldedStep

@@ -27,7 +27,8 @@ from urllib.parse import urlsplit, urlunsplit
 from keel.core.budget import Budget
 from keel.core.errors import ConfigError
 from keel.core.events import Event, EventType, NewEvent
-from keel.core.state import RunOptions, RunState, transition
+from keel.core.records import RunOptions
+from keel.core.state import RunState, transition
 from keel.core.status import RunStatus
 from keel.store.base import Store
 from keel.store.sqlite.store import SQLiteStore

@@ -33,7 +33,8 @@ from keel.core.errors import (
     StoreError,
 )
 from keel.core.events import Event, NewEvent
-from keel.core.state import RunOptions, RunState
+from keel.core.records import RunOptions
+from keel.core.state import RunState
 from keel.core.status import RunStatus
 from keel.store.base import Artifact, Lease, LeaseHolder, LogCheck
 from keel.store.holders import holder_columns, holder_from_columns

@@ -1,0 +1,192 @@
+"""The records a run's state is made of: its options, todos, evidence, pending request, grants.
+
+Frozen, keyword-only values with ``to_dict``/``from_dict`` for the snapshot and the
+events; ``keel.core.state`` folds events into a ``RunState`` built from them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from typing import Any
+
+from keel.core.budget import Budget
+
+
+def canonical_json(value: Any) -> str:
+    """Stable text of a JSON value: sorted keys, no spaces (for digests and signatures)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunOptions:
+    """How a run is driven; fixed at creation and carried by every resume."""
+
+    model: str | None = None
+    mode: str = "edit"
+    verify: tuple[str, ...] = ()
+    budget: Budget = field(default_factory=Budget)
+    approval_timeout_s: float | None = None  # how long a request may wait; None: 24 h
+    grant_ttl_s: float | None = None  # how long a granted approval stays usable; None: 24 h
+    plan_then: str | None = None
+    policy: dict[str, Any] | None = None
+    sandbox: dict[str, Any] | None = None  # SandboxSettings.to_dict(); None: the defaults
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "mode": self.mode,
+            "verify": list(self.verify),
+            "budget": self.budget.to_dict(),
+            "approval_timeout_s": self.approval_timeout_s,
+            "grant_ttl_s": self.grant_ttl_s,
+            "plan_then": self.plan_then,
+            "policy": self.policy,
+            "sandbox": self.sandbox,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunOptions:
+        return cls(
+            model=d.get("model"),
+            mode=d.get("mode", "edit"),
+            verify=tuple(d.get("verify", ())),
+            budget=Budget.from_dict(d.get("budget", {})),
+            approval_timeout_s=d.get("approval_timeout_s"),
+            grant_ttl_s=d.get("grant_ttl_s"),
+            plan_then=d.get("plan_then"),
+            policy=d.get("policy"),
+            sandbox=d.get("sandbox"),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Todo:
+    content: str
+    status: str  # pending | in_progress | completed
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"content": self.content, "status": self.status}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ValidationRecord:
+    """Evidence from one verifier run, bound to the mutation revision it checked."""
+
+    command: str
+    exit_code: int
+    duration_s: float
+    artifact: str | None  # artifact id of the captured output
+    mutation_revision: int
+    file_hashes: dict[str, str]
+    passed: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "command": self.command,
+            "exit_code": self.exit_code,
+            "duration_s": self.duration_s,
+            "artifact": self.artifact,
+            "mutation_revision": self.mutation_revision,
+            "file_hashes": dict(self.file_hashes),
+            "passed": self.passed,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ValidationRecord:
+        return cls(
+            command=d["command"],
+            exit_code=int(d["exit_code"]),
+            duration_s=float(d["duration_s"]),
+            artifact=d.get("artifact"),
+            mutation_revision=int(d["mutation_revision"]),
+            file_hashes=dict(d.get("file_hashes", {})),
+            passed=bool(d["passed"]),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PendingRequest:
+    """What a waiting run waits for: an approval, an answer, or an unknown outcome."""
+
+    kind: str  # "approval" | "question" | "unknown_outcome"
+    call_id: str
+    tool: str | None = None
+    arguments: dict[str, Any] | None = None
+    digest: str | None = None
+    risk: str | None = None
+    question: str | None = None
+    expires_at: str | None = None  # ISO-8601 UTC
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "call_id": self.call_id,
+            "tool": self.tool,
+            "arguments": self.arguments,
+            "digest": self.digest,
+            "risk": self.risk,
+            "question": self.question,
+            "expires_at": self.expires_at,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PendingRequest:
+        return cls(
+            kind=d["kind"],
+            call_id=d["call_id"],
+            tool=d.get("tool"),
+            arguments=d.get("arguments"),
+            digest=d.get("digest"),
+            risk=d.get("risk"),
+            question=d.get("question"),
+            expires_at=d.get("expires_at"),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Grant:
+    """A person's approval of one exact call, not used yet; ``RunState.grants`` keys it by
+    the call's digest. The attempt it approved uses it up, whatever the outcome."""
+
+    call_id: str  # the call that asked
+    tool: str | None = None
+    expires_at: str | None = None  # ISO-8601 UTC; None only in logs older than grant expiry
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"call_id": self.call_id, "tool": self.tool, "expires_at": self.expires_at}
+
+    @classmethod
+    def from_value(cls, value: Any) -> Grant:
+        """A stored grant; a bare call id is the snapshot format before grants expired."""
+        if isinstance(value, str):
+            return cls(call_id=value)
+        return cls(
+            call_id=value["call_id"], tool=value.get("tool"), expires_at=value.get("expires_at")
+        )
+
+
+def in_plan_paths(path: str, patterns: tuple[str, ...]) -> bool:
+    """Does a plan's ``Paths`` entry cover ``path`` (workspace-relative, posix)?
+
+    An entry is a glob from the workspace root (``fnmatch``: ``*`` also matches
+    ``/``, so ``*.py`` covers every Python file); an entry naming a directory
+    (``src`` or ``src/``) covers everything below it.
+    """
+    parts = path.split("/")
+    prefixes = ["/".join(parts[:depth]) for depth in range(1, len(parts) + 1)]
+    return any(
+        fnmatchcase(prefix, pattern.strip("/")) for pattern in patterns for prefix in prefixes
+    )
+
+
+__all__ = [
+    "Grant",
+    "PendingRequest",
+    "RunOptions",
+    "Todo",
+    "ValidationRecord",
+    "canonical_json",
+    "in_plan_paths",
+]
