@@ -36,6 +36,7 @@ from keel.core.tasks import TaskStatus
 
 url, owner = sys.argv[1], sys.argv[2]
 lease, poll, total = float(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
+hold = float(sys.argv[6])  # seconds of "work" while holding each task (0: none)
 store = PostgresStore(url, pool_size=2)
 print("ready", flush=True)
 done = 0
@@ -47,6 +48,9 @@ while True:
         store.wait_for_work(poll)
         continue
     store.heartbeat_task(task.id, owner=owner, token=task.lease_token, lease_seconds=lease)
+    if hold:
+        print("holding", task.id, flush=True)
+        time.sleep(hold)
     store.complete_task(task.id, owner=owner, token=task.lease_token, result=owner)
     done += 1
 store.close()
@@ -70,11 +74,22 @@ def store(pg_url: str) -> Iterator[PostgresStore]:
 
 
 def start_workers(
-    url: str, n: int, *, lease: float, poll: float, total: int
+    url: str, n: int, *, lease: float, poll: float, total: int, holding: int = 0
 ) -> list[subprocess.Popen[str]]:
+    """``n`` workers; the first ``holding`` announce each task they hold and work 50 ms on it."""
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", WORKER, url, f"w{i}", str(lease), str(poll), str(total)],
+            [
+                sys.executable,
+                "-c",
+                WORKER,
+                url,
+                f"w{i}",
+                str(lease),
+                str(poll),
+                str(total),
+                "0.05" if i < holding else "0",
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -85,6 +100,25 @@ def start_workers(
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "ready", proc.stderr.read() if proc.stderr else ""
     return procs
+
+
+def kill_while_holding(proc: subprocess.Popen[str]) -> None:
+    """SIGKILL a holding worker right after it announces a task it holds (a chosen point)."""
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    os.set_blocking(fd, False)
+    try:
+        while os.read(fd, 65536):  # what it announced before now is stale
+            pass
+    except BlockingIOError:
+        pass
+    os.set_blocking(fd, True)
+    fresh = b""
+    while b"holding" not in fresh:
+        chunk = os.read(fd, 4096)
+        assert chunk, "the worker exited before holding another task"
+        fresh += chunk
+    proc.send_signal(signal.SIGKILL)
 
 
 def create_tasks(store: PostgresStore, n: int) -> list[str]:
@@ -127,13 +161,13 @@ def test_two_sigkilled_workers_tasks_are_reclaimed_within_lease_plus_poll_plus_o
 ) -> None:
     lease, poll = 1.0, 0.5
     ids = create_tasks(store, 400)
-    procs = start_workers(pg_url, 8, lease=lease, poll=poll, total=len(ids))
+    procs = start_workers(pg_url, 8, lease=lease, poll=poll, total=len(ids), holding=2)
     deadline = time.monotonic() + 60
     while len(store.list_tasks(status=TaskStatus.COMPLETED)) < 100:
         assert time.monotonic() < deadline
         time.sleep(0.02)
     for victim in procs[:2]:
-        victim.send_signal(signal.SIGKILL)
+        kill_while_holding(victim)
     for proc in procs:
         _, err = proc.communicate(timeout=120)
         if proc in procs[:2]:
