@@ -345,3 +345,13 @@ def test_values_that_are_prefixes_of_each_other_still_compile_and_scrub() -> Non
     longest = chain[-1]
     assert redactor.scrub_text(f"<{longest}>") == f"<[redacted:C{len(chain) - 1}_KEY]>"
     assert redactor.scrub_text("<k7k7k7k7>") == "<[redacted:C1_KEY]>"
+
+
+def test_might_hold_is_false_only_when_the_json_text_surely_holds_no_secret() -> None:
+    plain = Redactor((("API_KEY", "sk-live-0123456789abcdef"),))
+    assert plain.might_hold('{"output": "sk-live-0123456789abcdef"}')
+    assert plain.might_hold('{"url": "postgres://u:pw@host/db"}')
+    assert not plain.might_hold('{"output": "nothing to see"}')
+    # A value JSON would escape cannot be found in the text: always walk.
+    quoted = Redactor((("TOKEN", 'abc"defghijk'),))
+    assert quoted.might_hold("{}")

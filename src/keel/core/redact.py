@@ -153,6 +153,7 @@ class Redactor:
     secrets: tuple[tuple[str, str], ...] = ()  # (name, value)
     _names: dict[str, str] = field(init=False, repr=False, compare=False)
     _patterns: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
+    _escaped: bool = field(init=False, repr=False, compare=False)  # a value JSON would escape
 
     def __post_init__(self) -> None:
         names: dict[str, str] = {}
@@ -163,6 +164,8 @@ class Redactor:
         object.__setattr__(self, "secrets", tuple((name, value) for value, name in ordered))
         object.__setattr__(self, "_names", names)
         object.__setattr__(self, "_patterns", _compile_values([value for value, _ in ordered]))
+        escaped = any(_JSON_ESCAPED.search(value) for value in names)
+        object.__setattr__(self, "_escaped", escaped)
 
     @classmethod
     def from_mapping(cls, env: Mapping[str, str]) -> Redactor:
@@ -180,6 +183,17 @@ class Redactor:
         """This redactor plus ``pairs``; itself when they add no new value."""
         new = [(name, value) for name, value in pairs if value and value not in self._names]
         return Redactor((*self.secrets, *new)) if new else self
+
+    def might_hold(self, json_text: str) -> bool:
+        """False only when ``json_text`` (JSON as ``json.dumps(ensure_ascii=False)`` writes
+        it) surely holds no secret, so its data need not be walked: no URL, no held value.
+
+        A value JSON would escape (a quote, a backslash, a control character) cannot be
+        looked for in the text, so holding one makes the answer always True.
+        """
+        if self._escaped or _may_hold_url(json_text):
+            return True
+        return any(pattern.search(json_text) for pattern in self._patterns)
 
     def scrub_text(self, text: str) -> str:
         """``text`` with URL credentials and every held value replaced (one pass each)."""
@@ -238,6 +252,9 @@ def without_secrets(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 # --- URL credentials ---------------------------------------------------------------------
+
+
+_JSON_ESCAPED = re.compile(r'["\\\x00-\x1f]')
 
 
 def _may_hold_url(text: str) -> bool:

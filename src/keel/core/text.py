@@ -67,6 +67,11 @@ def valid_data(value: Any, *, depth: int = 0) -> Any:
     return value
 
 
+def has_lone_surrogate(text: str) -> bool:
+    """True when ``text`` holds a surrogate code point (UTF-8 cannot encode it)."""
+    return not text.isascii() and _SURROGATE.search(text) is not None
+
+
 def printable(text: str, *, limit: int = 500) -> str:
     """``text`` as one valid, printable line of at most ``limit`` characters (for reasons).
 
@@ -77,4 +82,11 @@ def printable(text: str, *, limit: int = 500) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-__all__ = ["MAX_DEPTH", "REPLACEMENT", "printable", "valid_data", "valid_text"]
+__all__ = [
+    "MAX_DEPTH",
+    "REPLACEMENT",
+    "has_lone_surrogate",
+    "printable",
+    "valid_data",
+    "valid_text",
+]

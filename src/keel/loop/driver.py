@@ -16,6 +16,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -37,7 +38,7 @@ from keel.core.guard import PathGuard
 from keel.core.redact import Redactor, SecretSource
 from keel.core.state import RunState, transition
 from keel.core.status import RunStatus
-from keel.core.text import valid_data
+from keel.core.text import has_lone_surrogate, valid_data
 from keel.loop.actions import (
     CallModel,
     Commit,
@@ -215,9 +216,7 @@ class Driver:
         just asks the model again. Events are folded once, here, with the store's own
         ``fold_step``; the store checks the sequence and the lease.
         """
-        clean = [
-            NewEvent(type=e.type, data=self.redactor.scrub(valid_data(e.data))) for e in events
-        ]
+        clean = [NewEvent(type=e.type, data=self._for_record(e.data)) for e in events]
         if clean:
             step = fold_step(self.state, clean, now=datetime.now(UTC))
             self._pending = step if self._pending is None else self._pending.then(step)
@@ -247,6 +246,21 @@ class Driver:
                 self._pending, self._pending_events = None, []
                 self._absorb(state, stored)
                 return
+
+    def _for_record(self, data: dict[str, Any]) -> dict[str, Any]:
+        """``data`` made valid (no lone surrogates) and redacted, for the log.
+
+        One look at its JSON text (C speed) decides whether the data needs walking at
+        all; most events hold no secret and no surrogate, and come back as they are.
+        """
+        try:
+            text = json.dumps(data, ensure_ascii=False)
+        except (TypeError, ValueError):
+            text = None
+        if text is not None and not has_lone_surrogate(text) and not self.redactor.might_hold(text):
+            return data
+        cleaned: dict[str, Any] = self.redactor.scrub(valid_data(data))
+        return cleaned
 
     def flush(self) -> None:
         """Store what was deferred."""
@@ -317,6 +331,8 @@ class Driver:
         if self.secrets is None:
             return
         for call in calls:
+            if call.name not in ("write_file", "edit_file"):
+                continue  # a command writing .env is caught by the refresh after it
             args = loose_arguments(call.arguments)
             if not isinstance(args, dict):
                 continue
