@@ -182,6 +182,16 @@ def chain_found(run_id: str, rows: Iterable[Sequence[Any]]) -> Iterator[tuple[in
         yield seq, prev
 
 
+def undamaged(entries: Iterable[RunState | LogDamaged]) -> list[RunState]:
+    """``entries`` of a survey as runs; the first damaged log raises its ``LogDamaged``."""
+    listed = []
+    for entry in entries:
+        if isinstance(entry, LogDamaged):
+            raise entry
+        listed.append(entry)
+    return listed
+
+
 def with_chain_head(snapshot_text: str, hashes: dict[int, str]) -> dict[str, Any]:
     """A snapshot (JSON text) given the hash of the event it was folded to."""
     snapshot: dict[str, Any] = json.loads(snapshot_text)
@@ -198,5 +208,6 @@ __all__ = [
     "checked_state",
     "tail_start",
     "to_event",
+    "undamaged",
     "with_chain_head",
 ]

@@ -38,7 +38,7 @@ from keel.core.state import RunState
 from keel.core.status import RunStatus
 from keel.store.base import Artifact, Lease, LeaseHolder, LogCheck
 from keel.store.holders import holder_columns, holder_from_columns
-from keel.store.logcheck import checked_state
+from keel.store.logcheck import checked_state, undamaged
 from keel.store.postgres import log
 from keel.store.postgres.connection import Database
 from keel.store.postgres.listener import Listener
@@ -289,12 +289,7 @@ class PostgresRuns:
 
     def list_runs(self, *, status: RunStatus | None = None, limit: int = 100) -> list[RunState]:
         """Newest first; LogDamaged for the first listed run whose log is damaged."""
-        listed = []
-        for entry in self.survey_runs(status=status, limit=limit):
-            if isinstance(entry, LogDamaged):
-                raise entry
-            listed.append(entry)
-        return listed
+        return undamaged(self.survey_runs(status=status, limit=limit))
 
     def survey_runs(
         self, *, status: RunStatus | None = None, limit: int = 100

@@ -39,6 +39,7 @@ from keel.core.state import RunState
 from keel.core.status import RunStatus
 from keel.store.base import Artifact, Lease, LeaseHolder, LogCheck
 from keel.store.holders import holder_columns, holder_from_columns
+from keel.store.logcheck import undamaged
 from keel.store.sql import load_queries
 from keel.store.sqlite import log
 from keel.store.sqlite.connection import Database
@@ -297,12 +298,7 @@ class SQLiteRuns:
 
     def list_runs(self, *, status: RunStatus | None = None, limit: int = 100) -> list[RunState]:
         """Newest first; LogDamaged for the first listed run whose log is damaged."""
-        listed = []
-        for entry in self.survey_runs(status=status, limit=limit):
-            if isinstance(entry, LogDamaged):
-                raise entry
-            listed.append(entry)
-        return listed
+        return undamaged(self.survey_runs(status=status, limit=limit))
 
     def survey_runs(
         self, *, status: RunStatus | None = None, limit: int = 100
