@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import pytest
 
+from keel.sandbox.base import SandboxSettings
+from keel.sandbox.choose import open_sandbox
+
 CALLER_SETTINGS = (
     "OPENAI_API_KEY",
     "OPENAI_BASE_URL",
@@ -26,3 +29,25 @@ CALLER_SETTINGS = (
 def _no_caller_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in CALLER_SETTINGS:
         monkeypatch.delenv(name, raising=False)
+
+
+def _unconfined_reason() -> str | None:
+    """Why commands would run unconfined here (no working bubblewrap), else None."""
+    sandbox = open_sandbox(SandboxSettings(mode="auto"))
+    if sandbox.kind == "bubblewrap":
+        return None
+    return str(sandbox.describe().get("reason", "no OS sandbox"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``sandboxed`` rely on auto mode running commands unasked, which it does
+    only inside an OS sandbox: without a working bubblewrap they are skipped, saying why."""
+    marked = [item for item in items if item.get_closest_marker("sandboxed")]
+    if not marked:
+        return
+    reason = _unconfined_reason()
+    if reason is None:
+        return
+    skip = pytest.mark.skip(reason=f"needs the bubblewrap sandbox: {reason}")
+    for item in marked:
+        item.add_marker(skip)

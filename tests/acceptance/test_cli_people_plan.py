@@ -39,7 +39,7 @@ def ws(tmp_path: Path) -> KeelWorkspace:
     [
         (["--plan-then", "edit"], WRITE, "edit"),
         (["--mode", "plan"], WRITE, "edit"),
-        (["--plan-then", "auto"], COMMAND, "auto"),
+        pytest.param(["--plan-then", "auto"], COMMAND, "auto", marks=pytest.mark.sandboxed),
     ],
     ids=["plan-then-edit-write", "mode-plan-write", "plan-then-auto-command"],
 )

@@ -241,6 +241,7 @@ def wait_for(predicate: Any, timeout: float = 20.0) -> None:
     raise AssertionError("condition not reached in time")
 
 
+@pytest.mark.sandboxed
 def test_ctrl_c_during_a_slow_command_leaves_the_run_resumable_and_resume_completes_it(
     cli: Cli,
 ) -> None:

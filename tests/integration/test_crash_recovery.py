@@ -192,6 +192,7 @@ def log_lines(ws: Workspace) -> list[str]:
     return log.read_text().splitlines() if log.exists() else []
 
 
+@pytest.mark.sandboxed
 @pytest.mark.parametrize(
     ("fault", "lines_after_crash"), [("after_tool_started:1", 0), ("after_effect:1", 1)]
 )
@@ -237,6 +238,7 @@ def test_interrupted_command_is_asked_about_and_rerun_once_on_approval(
     assert ws.state(run_id).usage.tool_calls == 2
 
 
+@pytest.mark.sandboxed
 def test_denied_interrupted_command_is_recorded_not_done_and_the_model_is_told(
     tmp_path: Path,
 ) -> None:
@@ -260,6 +262,7 @@ def test_denied_interrupted_command_is_recorded_not_done_and_the_model_is_told(
     assert any("not done" in text and "it already ran, I checked" in text for text in told)
 
 
+@pytest.mark.sandboxed
 def test_command_finished_before_the_crash_is_not_asked_about(tmp_path: Path) -> None:
     ws = make_workspace(tmp_path, COMMAND_SCRIPT)
     run_id = ws.start(mode="auto", verify="grep -q ran log.txt", fault="after_tool_finished:1")

@@ -97,7 +97,11 @@ BUDGETS = {
 }
 
 
-@pytest.mark.parametrize("dimension", list(BUDGETS))
+@pytest.mark.parametrize(
+    "dimension",
+    # wall_time runs a command in auto mode: unasked only inside the sandbox
+    [pytest.param(d, marks=pytest.mark.sandboxed) if d == "wall_time" else d for d in BUDGETS],
+)
 def test_each_budget_dimension_fails_the_run_with_its_reason_and_the_unfinished_todos(
     tmp_path: Path, workspace: Path, dimension: str
 ) -> None:

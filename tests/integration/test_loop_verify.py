@@ -115,6 +115,7 @@ def test_an_edit_after_a_passing_verifier_blocks_completion_until_it_passes_agai
     assert len(outcome.evidence) == 2
 
 
+@pytest.mark.sandboxed
 def test_the_model_cannot_satisfy_a_verifier_by_running_the_command_itself(
     tmp_path: Path, workspace: Path
 ) -> None:

@@ -112,6 +112,7 @@ def process_state(pid: int) -> str:
     return stat.rsplit(")", 1)[1].split()[0]
 
 
+@pytest.mark.sandboxed
 def test_two_concurrent_resumes_execute_the_run_once_and_the_loser_names_the_holder(
     tmp_path: Path,
 ) -> None:

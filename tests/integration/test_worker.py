@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from keel.core.status import RunStatus
 from keel.core.tasks import TaskStatus
 from keel.store.sqlite.store import SQLiteStore
@@ -67,6 +69,7 @@ def test_worker_runs_ready_tasks_as_linked_runs_in_dependency_order(tmp_path: Pa
     store.close()
 
 
+@pytest.mark.sandboxed
 def test_heartbeat_keeps_a_short_lease_alive_through_a_long_step(tmp_path: Path) -> None:
     slow = _script(
         tmp_path,
@@ -99,6 +102,7 @@ def test_heartbeat_keeps_a_short_lease_alive_through_a_long_step(tmp_path: Path)
     store.close()
 
 
+@pytest.mark.sandboxed
 def test_sigterm_finishes_the_step_releases_the_task_and_exits_zero(tmp_path: Path) -> None:
     slow = _script(
         tmp_path,

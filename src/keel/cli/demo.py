@@ -21,7 +21,7 @@ from keel.cli.live import describe_event
 from keel.core.budget import Budget
 from keel.core.events import Event, EventType
 from keel.core.state import RunState
-from keel.demo.story import GOAL, prepare_workspace, verify_commands, write_script
+from keel.demo.story import GOAL, prepare_workspace, verify_commands, write_policy, write_script
 from keel.runtime.harness import Harness
 
 
@@ -56,6 +56,7 @@ def demo_command(
             GOAL,
             cwd=target,
             mode="auto",
+            policy_file=write_policy(home / "demo-policy.toml"),
             verify=verify_commands(),
             budget=Budget(max_steps=20, max_tool_calls=40, max_wall_seconds=600),
         )

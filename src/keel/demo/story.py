@@ -66,6 +66,29 @@ def verify_commands(python: str = sys.executable) -> list[str]:
     return [shlex.join(suite_argv(python)), shlex.join([python, "check_security.py"])]
 
 
+# The demo's own policy: the two programs its agent runs are allowed by name, so the
+# demo also completes where no OS sandbox confines commands (auto mode then asks).
+DEMO_POLICY = """\
+[[rule]]
+action = "allow"
+tool = "run_command"
+argv = "python* check_security.py"
+reason = "the demo's security check"
+
+[[rule]]
+action = "allow"
+tool = "run_command"
+argv = "python* -m unittest discover*"
+reason = "the demo's test suite"
+"""
+
+
+def write_policy(path: Path) -> Path:
+    """The demo's policy file (outside the workspace, passed as ``--policy``)."""
+    path.write_text(DEMO_POLICY, encoding="utf-8")
+    return path
+
+
 def prepare_workspace(target: Path) -> Path:
     """Copy the sample service into ``target`` (new or empty) and commit it to git.
 
