@@ -32,7 +32,13 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from keel.core.errors import DependencyError, InvalidTaskTransition, NotOwner, UsageError
+from keel.core.errors import (
+    DependencyError,
+    InvalidTaskTransition,
+    LeaseLost,
+    NotOwner,
+    UsageError,
+)
 
 
 class TaskStatus(StrEnum):
@@ -285,6 +291,39 @@ def claim_refusal_for_blockers(task_id: str, blockers: Mapping[str, TaskStatus])
 
 
 # --- cancelling ------------------------------------------------------------------------
+
+
+def check_holder(
+    task: Task, *, owner: str, token: str | None, action: str, lease_live: bool
+) -> None:
+    """Refuse a write by anyone but the current, unexpired lease holder (both stores).
+
+    A token that is not the task's current one is ``LeaseLost`` whatever else holds;
+    without a token the owner name decides (a person claiming in one command and
+    completing in the next). An expired lease is ``LeaseLost`` even if no one has
+    reclaimed the task yet. Returns only if the write may pass.
+    """
+    if token is not None and task.lease_token != token:
+        if task.status is TaskStatus.IN_PROGRESS:
+            detail = f"task {task.id} was reclaimed by {task.owner}"
+        else:
+            detail = f"task {task.id} is now {task.status.value}"
+        raise LeaseLost(task.id, detail)
+    if task.status is TaskStatus.PENDING:
+        raise NotOwner(task.id, None, owner)
+    if task.status is not TaskStatus.IN_PROGRESS:
+        raise InvalidTaskTransition(
+            task.id, task.status.value, f"only an in-progress task can be {action}"
+        )
+    if task.owner != owner:
+        raise NotOwner(task.id, task.owner, owner)
+    if not lease_live:
+        expires = task.lease_expires_at
+        raise LeaseLost(
+            task.id,
+            f"the lease expired at {expires.isoformat() if expires else '?'}; "
+            "claim the task again to go on",
+        )
 
 
 def check_cancel(task: Task, *, actor: str, reason: str, lease_live: bool) -> None:

@@ -20,15 +20,12 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime
 from typing import Any, Final
 
 import psycopg
 
 from keel.core.errors import (
     InvalidTaskTransition,
-    LeaseLost,
-    NotOwner,
     StoreCorrupt,
     StoreError,
     TaskNotClaimable,
@@ -41,6 +38,7 @@ from keel.core.tasks import (
     TaskStatus,
     check_cancel,
     check_cancel_reason,
+    check_holder,
     claim_refusal_for_blockers,
     new_task_id,
     validate_dependencies,
@@ -430,27 +428,7 @@ class PostgresTasks:
         no one has reclaimed the task yet. Returns only if the write would now pass.
         """
         task, _, _, lease_live = self._read(task_id)
-        if token is not None and task.lease_token != token:
-            if task.status is TaskStatus.IN_PROGRESS:
-                detail = f"task {task.id} was reclaimed by {task.owner}"
-            else:
-                detail = f"task {task.id} is now {task.status.value}"
-            raise LeaseLost(task.id, detail)
-        if task.status is TaskStatus.PENDING:
-            raise NotOwner(task.id, None, owner)
-        if task.status is not TaskStatus.IN_PROGRESS:
-            raise InvalidTaskTransition(
-                task.id, task.status.value, f"only an in-progress task can be {action}"
-            )
-        if task.owner != owner:
-            raise NotOwner(task.id, task.owner, owner)
-        if not lease_live:
-            expires: datetime | None = task.lease_expires_at
-            raise LeaseLost(
-                task.id,
-                f"the lease expired at {expires.isoformat() if expires else '?'}; "
-                "claim the task again to go on",
-            )
+        check_holder(task, owner=owner, token=token, action=action, lease_live=lease_live)
 
 
 def _created_data(params: Mapping[str, Any], blocked_by: Iterable[str]) -> str:

@@ -15,8 +15,15 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from keel.core.errors import InvalidTaskTransition, LeaseLost, NotOwner, StoreCorrupt, TaskNotFound
-from keel.core.tasks import Task, TaskEvent, TaskEventType, TaskStatus, apply_task_event
+from keel.core.errors import StoreCorrupt, TaskNotFound
+from keel.core.tasks import (
+    Task,
+    TaskEvent,
+    TaskEventType,
+    TaskStatus,
+    apply_task_event,
+    check_holder,
+)
 from keel.store.sql import load_queries
 
 Q = load_queries("keel.store.sqlite", "tasks.sql")
@@ -180,26 +187,9 @@ class TaskTransaction:
         completing in the next). An expired lease is ``LeaseLost`` even if no one has
         reclaimed the task yet.
         """
-        if token is not None and task.lease_token != token:
-            if task.status is TaskStatus.IN_PROGRESS:
-                detail = f"task {task.id} was reclaimed by {task.owner}"
-            else:
-                detail = f"task {task.id} is now {task.status.value}"
-            raise LeaseLost(task.id, detail)
-        if task.status is TaskStatus.PENDING:
-            raise NotOwner(task.id, None, owner)
-        if task.status is not TaskStatus.IN_PROGRESS:
-            raise InvalidTaskTransition(
-                task.id, task.status.value, f"only an in-progress task can be {action}"
-            )
-        if task.owner != owner:
-            raise NotOwner(task.id, task.owner, owner)
         expires = task.lease_expires_at
-        if expires is not None and expires.timestamp() <= self.now:
-            raise LeaseLost(
-                task.id,
-                f"the lease expired at {expires.isoformat()}; claim the task again to go on",
-            )
+        lease_live = expires is None or expires.timestamp() > self.now
+        check_holder(task, owner=owner, token=token, action=action, lease_live=lease_live)
 
     def claim(self, task: Task, *, owner: str, lease_seconds: float) -> Task:
         if task.status is TaskStatus.IN_PROGRESS:  # expired: the claim reclaims it
