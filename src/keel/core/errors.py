@@ -148,10 +148,23 @@ class BudgetExhausted(RunFailure):
 
 
 class ModelError(RunFailure):
-    def __init__(self, message: str, *, status_code: int | None = None, transient: bool = False):
+    """The model could not answer. `reason` is the run's stop-reason word: ``model_error``
+    in general, ``out_of_credit`` (add credit; never retried), ``context_overflow`` (the
+    conversation is longer than the model's context), ``authentication``. `transient`
+    says retries were tried and exhausted."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int | None = None,
+        transient: bool = False,
+        reason: str = "model_error",
+    ):
         super().__init__(message)
         self.status_code = status_code
         self.transient = transient
+        self.reason = reason
 
 
 class ToolError(RunFailure):

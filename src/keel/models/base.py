@@ -32,14 +32,17 @@ class Message:
     """One conversation entry sent to the model.
 
     An assistant message carries `tool_calls`; a tool message answers one of them by
-    `tool_call_id`. There is deliberately no reasoning field: a model's reasoning is
-    recorded in `ModelTurn.reasoning` and never sent back.
+    `tool_call_id`. `reasoning` is the assistant's recorded reasoning (from
+    ``model_responded``): whether it is sent back is the provider profile's decision
+    (`keel.models.profiles`), never the caller's — DeepSeek's thinking mode requires it
+    on turns that made tool calls, other providers never get it.
     """
 
     role: Role
     content: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
+    reasoning: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,10 +56,38 @@ class ToolSpec:
 
 @dataclass(frozen=True, kw_only=True)
 class TokenUsage:
-    """Tokens the provider billed for one turn (0 when it did not report them)."""
+    """Tokens the provider billed for one turn (0 when it did not report them).
+
+    `input_tokens` counts every prompt token, cached ones included; `cached_input_tokens`
+    is the part served from the provider's prompt cache (billed at the cache-hit price).
+    `output_tokens` counts every completion token, reasoning included; `reasoning_tokens`
+    is the part spent thinking.
+    """
 
     input_tokens: int
     output_tokens: int
+    cached_input_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cached_input_tokens": self.cached_input_tokens,
+            "reasoning_tokens": self.reasoning_tokens,
+        }
+
+
+FinishReason = Literal["stop", "tool_calls", "length", "content_filter", "refusal"]
+"""Why a turn ended, normalised by the provider profile. ``length``: cut at the output
+limit (not a final answer; its tool calls are incomplete). ``content_filter`` and
+``refusal``: the provider declined (the run fails, never retried blindly). A reason
+the profile does not know is recorded as sent (`ModelTurn.provider_finish_reason`) and
+treated as ``stop``."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,7 +95,10 @@ class ModelTurn:
     """What the model answered in one turn, with its usage and cost in USD.
 
     `reasoning` is a reasoning model's thinking (DeepSeek's ``reasoning_content``): kept
-    for the record, never part of what is sent back to the provider.
+    for the record; sent back only where the provider profile requires it.
+    `finish_reason` is normalised (`FinishReason`); `provider_finish_reason` is the
+    provider's own word when it differs (an unknown reason, ``function_call``, an OpenAI
+    ``refusal`` message) and None otherwise. `refusal` is the provider's refusal text.
     """
 
     content: str | None
@@ -73,6 +107,9 @@ class ModelTurn:
     cost: float
     model: str
     reasoning: str | None = None
+    finish_reason: FinishReason = "stop"
+    provider_finish_reason: str | None = None
+    refusal: str | None = None
 
     def __post_init__(self) -> None:
         # The cost is added to the run's cost budget and stored: NaN would disable the
@@ -105,19 +142,43 @@ class RetryNotice:
     status_code: int | None
 
 
+@dataclass(slots=True, kw_only=True)
+class StreamDelta:
+    """A piece of a turn as it streams in: for watching only, never stored.
+
+    Not frozen, unlike the records above: one is made per streamed piece, thousands a
+    turn, and a frozen dataclass costs twice as much to make (measured in
+    ``bench/models.py``). Nothing keeps a delta, so nothing can change one under a reader.
+
+    `kind` is ``content``, ``reasoning`` or ``tool_call`` (`text` is then a piece of the
+    call's arguments, `name` its tool once known). `attempt` is the 1-based attempt it
+    belongs to: a watcher that sees a higher attempt drops what it showed of the earlier
+    one, because a stream cut mid-answer is retried whole.
+    """
+
+    kind: Literal["content", "reasoning", "tool_call"]
+    text: str
+    attempt: int = 1
+    index: int = 0
+    name: str | None = None
+
+
 @dataclass(frozen=True, kw_only=True)
 class ModelRequest:
     """One call to the model.
 
     `step` is how many model turns the run already had (0-based): a scripted model plays
     turn `step`, so a resumed run continues where it stopped. `on_retry` is called before
-    each retry of a transient failure, so the loop can record it.
+    each retry of a transient failure, so the loop can record it. `on_delta`, when set,
+    receives a streaming model's pieces as they arrive (for a live view); it must be
+    quick and must not raise.
     """
 
     messages: tuple[Message, ...]
     tools: tuple[ToolSpec, ...]
     step: int
     on_retry: Callable[[RetryNotice], None] | None = None
+    on_delta: Callable[[StreamDelta], None] | None = None
 
 
 class Model(Protocol):
@@ -131,3 +192,14 @@ class Model(Protocol):
     spec: str
 
     def complete(self, request: ModelRequest) -> ModelTurn: ...
+
+
+def price_known(model: Model) -> bool:
+    """Whether `model`'s turns carry a real cost, so a cost budget can bite.
+
+    A model says so with a ``priced`` attribute (the HTTP adapter: its spec has a price);
+    a model without one (scripted, test doubles) states its costs itself and counts as
+    priced.
+    """
+    priced = getattr(model, "priced", True)
+    return bool(priced)
