@@ -7,8 +7,11 @@ instead of calling a paid API. Tests that need a setting set it themselves.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
+from keel.models.connections import close_shared_clients
 from keel.sandbox.base import SandboxSettings
 from keel.sandbox.choose import open_sandbox
 
@@ -22,6 +25,10 @@ CALLER_SETTINGS = (
     "KEEL_FAULT",
     "KEEL_AGENT_ID",
     "KEEL_LEASE_TTL",
+    "KEEL_MODEL_STREAM",
+    "KEEL_MODEL_MAX_ATTEMPTS",
+    "KEEL_MODEL_MAX_WAIT",
+    "KEEL_MODEL_TIMEOUT",
 )
 
 
@@ -29,6 +36,14 @@ CALLER_SETTINGS = (
 def _no_caller_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in CALLER_SETTINGS:
         monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_model_connections() -> Iterator[None]:
+    """Each test's provider is its own server: pooled connections to an earlier test's
+    server must not carry over (the harness closes them too; this covers bare adapters)."""
+    yield
+    close_shared_clients()
 
 
 def _unconfined_reason() -> str | None:

@@ -11,12 +11,23 @@ import pytest
 
 from keel.core.errors import ConfigError, ModelError
 from keel.models.base import Message, ModelRequest
+from keel.models.cassette import RecordingModel, ReplayModel
+from keel.models.connections import close_shared_clients
 from keel.models.openai_compat import OpenAICompatModel
-from keel.models.pricing import load_price_table
+from keel.models.pricing import BUILTIN_PRICES, load_price_table
+from keel.models.profiles import DEEPSEEK, OPENAI, OPENAI_COMPATIBLE
 from keel.models.resolve import resolve_model
 from keel.models.scripted import ScriptedModel
 from keel.runtime.harness import lease_ttl_from_environment
 from keel.testing.provider import FakeProvider
+
+
+@pytest.fixture(autouse=True)
+def fresh_pool() -> Iterator[None]:
+    """Each test's adapters start from no pooled connection and leave none behind."""
+    close_shared_clients()
+    yield
+    close_shared_clients()
 
 
 @pytest.fixture
@@ -68,6 +79,26 @@ def test_default_base_urls_are_the_providers(tmp_path: Path) -> None:
     assert "sk-secret-1" not in repr(deepseek)
 
 
+@pytest.mark.parametrize(
+    ("spec", "environ", "profile"),
+    [
+        ("deepseek:deepseek-chat", {"DEEPSEEK_API_KEY": "k"}, DEEPSEEK),
+        ("openai:gpt-4o", {"OPENAI_API_KEY": "k"}, OPENAI),
+        (
+            "openai:qwen3",
+            {"OPENAI_API_KEY": "k", "OPENAI_BASE_URL": "http://localhost:8000/v1"},
+            OPENAI_COMPATIBLE,
+        ),
+    ],
+)
+def test_the_provider_profile_follows_the_spec_and_base_url(
+    tmp_path: Path, spec: str, environ: dict[str, str], profile: object
+) -> None:
+    model = resolve_model(spec, cwd=tmp_path, environ=environ)
+    assert isinstance(model, OpenAICompatModel)
+    assert model.profile is profile
+
+
 # --- .env --------------------------------------------------------------------------------
 
 
@@ -85,7 +116,8 @@ def test_dotenv_in_the_working_directory_configures_the_provider(
     assert turn.content == "hello"
     assert provider.headers[0]["authorization"] == "Bearer sk-from-dotenv"
     assert provider.requests[0]["model"] == "deepseek-chat"
-    assert turn.cost == pytest.approx(0.28 + 0.42)
+    price = BUILTIN_PRICES["deepseek:deepseek-chat"]
+    assert turn.cost == pytest.approx(price.input_per_mtok + price.output_per_mtok)
 
 
 def test_a_variable_already_set_wins_over_dotenv(tmp_path: Path, provider: FakeProvider) -> None:
@@ -126,6 +158,32 @@ def test_retry_settings_come_from_the_environment(tmp_path: Path, provider: Fake
 def test_a_bad_retry_setting_names_the_variable(tmp_path: Path, name: str, value: str) -> None:
     with pytest.raises(ConfigError, match=name):
         resolve_model("openai:gpt-4o", cwd=tmp_path, environ={"OPENAI_API_KEY": "k", name: value})
+
+
+# --- streaming ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "streams"),
+    [(None, True), ("1", True), ("on", True), ("0", False), ("false", False), ("OFF", False)],
+)
+def test_keel_model_stream_turns_streaming_on_and_off(
+    tmp_path: Path, provider: FakeProvider, value: str | None, streams: bool
+) -> None:
+    environ = {"OPENAI_API_KEY": "k", "OPENAI_BASE_URL": provider.base_url}
+    if value is not None:
+        environ["KEEL_MODEL_STREAM"] = value
+    provider.reply(content="ok")
+    assert (
+        resolve_model("openai:m", cwd=tmp_path, environ=environ).complete(hello()).content == "ok"
+    )
+    assert provider.requests[0]["stream"] is streams
+
+
+def test_keel_model_stream_that_is_not_a_switch_is_refused(tmp_path: Path) -> None:
+    environ = {"OPENAI_API_KEY": "k", "KEEL_MODEL_STREAM": "sometimes"}
+    with pytest.raises(ConfigError, match="KEEL_MODEL_STREAM='sometimes' must be on or off"):
+        resolve_model("openai:m", cwd=tmp_path, environ=environ)
 
 
 # --- prices in .keel/config.toml ---------------------------------------------------------
@@ -196,6 +254,20 @@ def test_scripted_spec_loads_a_file_relative_to_the_working_directory(tmp_path: 
     assert isinstance(model, ScriptedModel)
     assert model.spec == "scripted:demo/script.json"
     assert model.complete(hello()).content == "done"
+
+
+def test_replay_spec_plays_a_cassette_relative_to_the_working_directory(tmp_path: Path) -> None:
+    (tmp_path / "rec").mkdir()
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"content": "recorded answer"}]))
+    recorder = RecordingModel(ScriptedModel.from_file(script), tmp_path / "rec" / "run.jsonl")
+    recorder.complete(hello())
+
+    model = resolve_model("replay:rec/run.jsonl", cwd=tmp_path, environ={})
+
+    assert isinstance(model, ReplayModel)
+    assert model.spec == "replay:rec/run.jsonl"
+    assert model.complete(hello()).content == "recorded answer"
 
 
 def test_missing_script_file_is_a_config_error_naming_it(tmp_path: Path) -> None:

@@ -1,4 +1,8 @@
-"""The OpenAI-compatible adapter against a real chat-completions server on 127.0.0.1."""
+"""The OpenAI-compatible adapter against a real chat-completions server on 127.0.0.1.
+
+Every test runs twice: with streamed answers (the default) and with plain JSON ones
+(``KEEL_MODEL_STREAM=0``); the turn returned must not depend on which.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +15,9 @@ import pytest
 
 from keel.core.errors import ModelError
 from keel.models.base import Message, ModelRequest, RetryNotice, ToolCall, ToolSpec
+from keel.models.connections import close_shared_clients
 from keel.models.openai_compat import OpenAICompatModel
+from keel.models.profiles import OPENAI
 from keel.testing.provider import FakeProvider
 
 READ_FILE = ToolSpec(
@@ -25,6 +31,14 @@ READ_FILE = ToolSpec(
 )
 
 
+@pytest.fixture(autouse=True)
+def fresh_pool() -> Iterator[None]:
+    """Each test's adapters start from no pooled connection and leave none behind."""
+    close_shared_clients()
+    yield
+    close_shared_clients()
+
+
 @pytest.fixture
 def provider() -> Iterator[FakeProvider]:
     with FakeProvider() as server:
@@ -34,8 +48,13 @@ def provider() -> Iterator[FakeProvider]:
 MakeModel = Callable[..., OpenAICompatModel]
 
 
+@pytest.fixture(params=[True, False], ids=["stream", "json"])
+def streaming(request: pytest.FixtureRequest) -> bool:
+    return bool(request.param)
+
+
 @pytest.fixture
-def make_model(provider: FakeProvider) -> MakeModel:
+def make_model(provider: FakeProvider, streaming: bool) -> MakeModel:
     """An adapter pointed at the fake provider, with millisecond backoff and timeouts."""
 
     def make(**overrides: Any) -> OpenAICompatModel:
@@ -44,6 +63,7 @@ def make_model(provider: FakeProvider) -> MakeModel:
             "model": "gpt-4o",
             "base_url": provider.base_url,
             "api_key": "sk-test",
+            "stream": streaming,
             "max_attempts": 3,
             "max_wait": 1.0,
             "initial_wait": 0.001,
@@ -146,7 +166,7 @@ def test_tool_results_are_fed_back_linked_to_their_calls(
     assert sent[3] == {"role": "tool", "tool_call_id": "call_7", "content": '{"name": "keel"}'}
 
 
-def test_reasoning_is_recorded_but_never_sent_back(
+def test_reasoning_is_recorded_and_not_sent_back_after_a_turn_without_tool_calls(
     provider: FakeProvider, make_model: MakeModel
 ) -> None:
     provider.reply(content="4", reasoning_content="two plus two makes four")
@@ -159,7 +179,7 @@ def test_reasoning_is_recorded_but_never_sent_back(
 
     history = (
         Message(role="user", content="2+2?"),
-        Message(role="assistant", content=first.content, tool_calls=first.tool_calls),
+        Message(role="assistant", content=first.content, reasoning=first.reasoning),
         Message(role="user", content="and doubled?"),
     )
     model.complete(ask(messages=history, step=1))
@@ -168,6 +188,37 @@ def test_reasoning_is_recorded_but_never_sent_back(
     assert "reasoning" not in resent
     assert "two plus two" not in resent
     assert provider.requests[1]["messages"][1] == {"role": "assistant", "content": "4"}
+
+
+def test_deepseek_gets_the_reasoning_of_a_tool_calling_turn_back(
+    provider: FakeProvider, make_model: MakeModel
+) -> None:
+    provider.reply(tool_calls=[("read_file", {"path": "a"})], reasoning_content="read a first")
+    provider.reply(content="done")
+    model = make_model(spec="deepseek:deepseek-reasoner", model="deepseek-reasoner")
+
+    first = model.complete(ask("go"))
+    history = (
+        Message(role="user", content="go"),
+        Message(role="assistant", tool_calls=first.tool_calls, reasoning=first.reasoning),
+        Message(role="tool", tool_call_id=first.tool_calls[0].id, content="A"),
+    )
+    model.complete(ask(messages=history, step=1))
+
+    assert provider.requests[1]["messages"][1]["reasoning_content"] == "read a first"
+    assert provider.violations == []
+
+
+def test_openai_never_gets_reasoning_back(provider: FakeProvider, make_model: MakeModel) -> None:
+    provider.reply(content="done")
+    call = ToolCall(id="c1", name="read_file", arguments='{"path": "a"}')
+    history = (
+        Message(role="user", content="go"),
+        Message(role="assistant", tool_calls=(call,), reasoning="private thoughts"),
+        Message(role="tool", tool_call_id="c1", content="A"),
+    )
+    make_model().complete(ask(messages=history, step=1))
+    assert "private thoughts" not in json.dumps(provider.requests[0])
 
 
 def test_unknown_model_costs_nothing(provider: FakeProvider, make_model: MakeModel) -> None:
@@ -375,3 +426,228 @@ def test_an_unscripted_request_is_answered_with_a_clear_error(
 ) -> None:
     with pytest.raises(ModelError, match="FakeProvider: no scripted reply left"):
         make_model(max_attempts=1).complete(ask())
+
+
+# --- what is asked for, and how the answer is read ------------------------------------------
+
+
+def test_the_request_asks_for_a_stream_with_usage_only_when_streaming(
+    provider: FakeProvider, make_model: MakeModel, streaming: bool
+) -> None:
+    provider.reply(content="done", usage=(5, 1))
+    turn = make_model().complete(ask())
+
+    body = provider.requests[0]
+    assert body["stream"] is streaming
+    if streaming:
+        assert body["stream_options"] == {"include_usage": True}
+    else:
+        assert "stream_options" not in body
+    assert (turn.content, turn.usage.input_tokens, turn.usage.output_tokens) == ("done", 5, 1)
+
+
+def test_a_plain_json_answer_to_a_stream_request_is_read_as_json(
+    provider: FakeProvider, make_model: MakeModel
+) -> None:
+    body = {
+        "id": "x",
+        "model": "local-model",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "plain"}}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 1},
+    }
+    provider.raw(200, json.dumps(body), headers={"Content-Type": "application/json"})
+    turn = make_model().complete(ask())
+    assert (turn.content, turn.model, turn.usage.input_tokens) == ("plain", "local-model", 3)
+
+
+def test_deepseek_cache_hits_and_reasoning_tokens_are_counted_and_priced(
+    provider: FakeProvider, make_model: MakeModel
+) -> None:
+    usage = {
+        "prompt_tokens": 1_000_000,
+        "completion_tokens": 200_000,
+        "total_tokens": 1_200_000,
+        "prompt_cache_hit_tokens": 800_000,
+        "prompt_cache_miss_tokens": 200_000,
+        "completion_tokens_details": {"reasoning_tokens": 150_000},
+    }
+    provider.reply(content="ok", usage=usage)
+    model = make_model(spec="deepseek:deepseek-chat", model="deepseek-chat")
+    turn = model.complete(ask())
+
+    assert turn.usage.to_dict() == {
+        "input_tokens": 1_000_000,
+        "output_tokens": 200_000,
+        "cached_input_tokens": 800_000,
+        "reasoning_tokens": 150_000,
+    }
+    price = model.prices.price_of("deepseek:deepseek-chat")
+    assert price is not None and price.cached_input_per_mtok is not None
+    assert price.cached_input_per_mtok < price.input_per_mtok
+    expected = (
+        0.2 * price.input_per_mtok + 0.8 * price.cached_input_per_mtok + 0.2 * price.output_per_mtok
+    )
+    assert turn.cost == pytest.approx(expected)
+    assert model.priced is True
+
+
+def test_openai_cached_tokens_are_read_from_prompt_token_details(
+    provider: FakeProvider, make_model: MakeModel
+) -> None:
+    usage = {
+        "prompt_tokens": 2000,
+        "completion_tokens": 300,
+        "prompt_tokens_details": {"cached_tokens": 1536},
+        "completion_tokens_details": {"reasoning_tokens": 64},
+    }
+    provider.reply(content="ok", usage=usage)
+    turn = make_model().complete(ask())
+    assert (turn.usage.cached_input_tokens, turn.usage.reasoning_tokens) == (1536, 64)
+
+
+def test_a_model_without_a_price_says_so(make_model: MakeModel) -> None:
+    assert make_model(spec="openai:my-local", model="my-local").priced is False
+
+
+@pytest.mark.parametrize(
+    ("provider_word", "finish", "recorded"),
+    [
+        ("length", "length", None),
+        ("content_filter", "content_filter", None),
+        ("eos", "stop", "eos"),
+    ],
+)
+def test_the_finish_reason_is_normalised_and_an_unknown_one_kept(
+    provider: FakeProvider,
+    make_model: MakeModel,
+    provider_word: str,
+    finish: str,
+    recorded: str | None,
+) -> None:
+    provider.reply(content="partial", finish_reason=provider_word)
+    turn = make_model().complete(ask())
+    assert (turn.finish_reason, turn.provider_finish_reason) == (finish, recorded)
+
+
+def test_a_refusal_is_returned_as_such(provider: FakeProvider, make_model: MakeModel) -> None:
+    provider.reply(refusal="I can't help with that.")
+    turn = make_model().complete(ask())
+    assert (turn.finish_reason, turn.refusal) == ("refusal", "I can't help with that.")
+
+
+def test_deepseek_out_of_resources_finish_is_asked_again(
+    provider: FakeProvider, make_model: MakeModel
+) -> None:
+    provider.reply(content="half", finish_reason="insufficient_system_resource")
+    provider.reply(content="whole")
+    notices: list[RetryNotice] = []
+    model = make_model(spec="deepseek:deepseek-chat", model="deepseek-chat")
+
+    turn = model.complete(ask(notices=notices))
+
+    assert turn.content == "whole"
+    assert len(provider.requests) == 2
+    assert "insufficient_system_resource" in notices[0].error
+
+
+# --- errors, classified by the provider's profile -------------------------------------------
+
+
+def test_deepseek_out_of_balance_is_not_retried_and_says_to_add_credit(
+    provider: FakeProvider, make_model: MakeModel
+) -> None:
+    provider.fail(402, "Insufficient Balance")
+    model = make_model(spec="deepseek:deepseek-chat", model="deepseek-chat")
+    with pytest.raises(ModelError) as caught:
+        model.complete(ask())
+    assert caught.value.reason == "out_of_credit"
+    assert caught.value.transient is False
+    assert "add credit to your DeepSeek account" in str(caught.value)
+    assert len(provider.requests) == 1
+
+
+def test_openai_insufficient_quota_429_is_not_retried(
+    provider: FakeProvider, make_model: MakeModel
+) -> None:
+    body = {
+        "error": {
+            "message": "You exceeded your current quota, please check your plan and billing "
+            "details.",
+            "type": "insufficient_quota",
+            "param": None,
+            "code": "insufficient_quota",
+        }
+    }
+    provider.raw(429, json.dumps(body), headers={"Content-Type": "application/json"})
+    provider.reply(content="never served")
+    notices: list[RetryNotice] = []
+
+    with pytest.raises(ModelError) as caught:
+        make_model(profile=OPENAI).complete(ask(notices=notices))  # as at api.openai.com
+
+    assert caught.value.reason == "out_of_credit"
+    assert "add credit to your OpenAI account" in str(caught.value)
+    assert len(provider.requests) == 1
+    assert notices == []
+
+
+def test_an_over_long_conversation_is_a_context_overflow(
+    provider: FakeProvider, make_model: MakeModel
+) -> None:
+    body = {
+        "error": {
+            "message": "This model's maximum context length is 128000 tokens. However, your "
+            "messages resulted in 129001 tokens.",
+            "type": "invalid_request_error",
+            "param": "messages",
+            "code": "context_length_exceeded",
+        }
+    }
+    provider.raw(400, json.dumps(body), headers={"Content-Type": "application/json"})
+    with pytest.raises(ModelError) as caught:
+        make_model().complete(ask())
+    assert caught.value.reason == "context_overflow"
+    assert caught.value.status_code == 400
+    assert len(provider.requests) == 1
+
+
+def test_a_failed_key_is_an_authentication_error(
+    provider: FakeProvider, make_model: MakeModel
+) -> None:
+    provider.fail(401, "Incorrect API key provided: sk-test.")
+    with pytest.raises(ModelError) as caught:
+        make_model().complete(ask())
+    assert caught.value.reason == "authentication"
+    assert "check OPENAI_API_KEY" in str(caught.value)
+
+
+def test_nested_upstream_details_are_kept_in_the_message(
+    provider: FakeProvider, make_model: MakeModel
+) -> None:
+    raw = '{"error":{"message":"tool_choice is not supported by this endpoint"}}'
+    body = {
+        "error": {
+            "message": "Provider returned error",
+            "code": 422,
+            "metadata": {"raw": raw, "provider_name": "Lambda"},
+        }
+    }
+    provider.raw(422, json.dumps(body), headers={"Content-Type": "application/json"})
+    with pytest.raises(ModelError) as caught:
+        make_model(spec="openai:meta/llama", model="meta/llama").complete(ask())
+    message = str(caught.value)
+    assert "Provider returned error" in message
+    assert "tool_choice is not supported by this endpoint" in message
+    assert "Lambda" in message
+
+
+def test_an_error_body_with_http_200_is_classified_like_one(
+    provider: FakeProvider, make_model: MakeModel
+) -> None:
+    body = {"error": {"message": "Upstream timed out", "code": 502}}
+    provider.raw(200, json.dumps(body), headers={"Content-Type": "application/json"})
+    provider.reply(content="ok")
+    notices: list[RetryNotice] = []
+    turn = make_model().complete(ask(notices=notices))
+    assert turn.content == "ok"
+    assert "Upstream timed out" in notices[0].error

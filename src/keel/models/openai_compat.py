@@ -1,21 +1,35 @@
 """One adapter for every OpenAI-compatible chat-completions server.
 
 It serves ``deepseek:MODEL`` and ``openai:MODEL`` (and through ``OPENAI_BASE_URL`` vLLM,
-Ollama, LM Studio …). Requests are not streamed, so a connection cut mid-answer is an
-ordinary failed attempt and is retried whole.
+Ollama, LM Studio …); what differs between providers comes from its `ProviderProfile`.
+The request body is `keel.models.wire.request_body`; the answer, streamed or not, is
+read by `keel.models.wire.parse_response`.
 
-Failure policy, the part a run's outcome depends on:
+Streaming (the default): the body says ``"stream": true`` (with the profile's
+``stream_options``, asking for usage in the last chunk); pieces go to
+``request.on_delta`` as they arrive, tagged with the attempt number, and the stream is
+folded into one payload (`keel.models.stream`). A server that answers a stream request
+with plain JSON is read as JSON (decided by the response's content type). A turn is
+returned only once the stream has ended properly: a stream cut mid-answer, a dropped
+connection or a timeout between pieces is a failed attempt, retried whole, and nothing
+of the partial answer is kept.
 
-- transient (HTTP 408/409/425/429/5xx, timeouts, refused or dropped connections, a body
-  that is not JSON): retried with exponential backoff and jitter, at most `max_attempts`
-  attempts and `max_wait` seconds of sleeping in total; ``Retry-After`` (or OpenAI's
-  ``retry-after-ms``) is honoured within that budget. Before each retry
-  ``request.on_retry`` is told why and how long the wait is. Giving up raises
-  ``ModelError(transient=True)`` naming the last provider error.
-- anything else (400, 401, 403, 404, 422 …): ``ModelError(transient=False)`` at once,
-  carrying the provider's own message.
+Failure policy, the part a run's outcome depends on (`keel.models.provider_errors`):
 
-What is sent back never contains a model's reasoning: `Message` has no field for it.
+- transient (HTTP 408/409/425/429 other than an exhausted quota, 5xx, timeouts, refused
+  or dropped connections, a cut stream, a body that is not JSON, an error object
+  mid-stream, a finish reason the profile says to ask again for): retried with
+  exponential backoff and jitter, at most `max_attempts` attempts and `max_wait`
+  seconds of sleeping in total; ``Retry-After`` (or OpenAI's ``retry-after-ms``) is
+  honoured within that budget. Before each retry ``request.on_retry`` is told why and
+  how long the wait is. Giving up raises ``ModelError(transient=True)`` naming the last
+  provider error.
+- out of credit, an over-long context, authentication, any other 4xx:
+  ``ModelError(transient=False)`` at once with its `reason`, carrying the provider's
+  own message and error body.
+
+Connections come from the process's shared pool (`keel.models.connections`); the API
+key travels in each request's headers only.
 """
 
 from __future__ import annotations
@@ -23,49 +37,42 @@ from __future__ import annotations
 import json
 import math
 import random
-from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tenacity import RetryCallState, Retrying, retry_if_exception_type
 
 from keel.core.budget import MAX_COUNT
 from keel.core.errors import ConfigError, ModelError
-from keel.models.base import (
-    Message,
-    ModelRequest,
-    ModelTurn,
-    RetryNotice,
-    TokenUsage,
-    ToolCall,
-    ToolSpec,
-)
+from keel.models.base import ModelRequest, ModelTurn, RetryNotice, TokenUsage
+from keel.models.connections import shared_client
 from keel.models.pricing import PriceTable
+from keel.models.profiles import ProviderProfile, profile_for
+from keel.models.provider_errors import (
+    TRANSIENT_STATUS_CODES,
+    TransientFailure,
+    classify_error_object,
+    classify_http_failure,
+    provider_error_message,
+    retry_after_seconds,
+)
+from keel.models.stream import StreamAccumulator, StreamCut, StreamError
+from keel.models.wire import ParsedResponse, parse_response, request_body
 
 if TYPE_CHECKING:
     import httpx
 
-TRANSIENT_STATUS_CODES = frozenset({408, 409, 425, 429})
 _EXCERPT_CHARS = 500
-
-
-class _TransientError(Exception):
-    """One failed attempt worth retrying; `retry_after` is the server's requested wait."""
-
-    def __init__(self, message: str, *, status_code: int | None, retry_after: float | None):
-        super().__init__(message)
-        self.message = message
-        self.status_code = status_code
-        self.retry_after = retry_after
 
 
 class OpenAICompatModel:
     """A `Model` talking to ``{base_url}/chat/completions`` with a bearer key.
 
-    `timeout` bounds each network operation (connect, each read) in seconds; the retry
-    settings are described in the module docstring. `api_key_variable` only names the
-    variable to check in an authentication error message.
+    `profile` defaults to `profile_for` the spec's provider at `base_url`; `stream`
+    asks for streamed answers. `timeout` bounds each network operation (connect, each
+    read — so a stream may last longer, as long as pieces keep coming) in seconds; the
+    retry settings are described in the module docstring. `api_key_variable` (default:
+    the profile's) only names the variable to check in an authentication error.
     """
 
     def __init__(
@@ -75,12 +82,14 @@ class OpenAICompatModel:
         model: str,
         base_url: str,
         api_key: str,
+        profile: ProviderProfile | None = None,
         prices: PriceTable | None = None,
+        stream: bool = True,
         max_attempts: int = 5,
         max_wait: float = 60.0,
         initial_wait: float = 1.0,
         timeout: float = 120.0,
-        api_key_variable: str = "OPENAI_API_KEY",
+        api_key_variable: str | None = None,
         jitter: Callable[[], float] = random.random,
     ) -> None:
         if max_attempts < 1:
@@ -92,112 +101,144 @@ class OpenAICompatModel:
         self.spec = spec
         self.model = model
         self.base_url = base_url.rstrip("/")
+        self.profile = profile or profile_for(spec.partition(":")[0], self.base_url)
         self.prices = prices if prices is not None else PriceTable()
+        self.stream = stream
         self.max_attempts = max_attempts
         self.max_wait = max_wait
         self.initial_wait = initial_wait
         self.timeout = timeout
-        self.api_key_variable = api_key_variable
+        self.api_key_variable = api_key_variable or self.profile.key_variable
         self._api_key = api_key
         self._jitter = jitter
 
     def __repr__(self) -> str:  # never shows the key
-        return f"OpenAICompatModel(spec={self.spec!r}, base_url={self.base_url!r})"
+        return (
+            f"OpenAICompatModel(spec={self.spec!r}, base_url={self.base_url!r}, "
+            f"profile={self.profile.name!r}, stream={self.stream})"
+        )
 
     @property
     def endpoint(self) -> str:
         return f"{self.base_url}/chat/completions"
 
+    @property
+    def priced(self) -> bool:
+        """Whether this spec has a price, so a cost budget can bite (`price_known`)."""
+        return self.prices.price_of(self.spec) is not None
+
     def complete(self, request: ModelRequest) -> ModelTurn:
-        body = request_body(self.model, request.messages, request.tools)
+        body = request_body(
+            self.profile, self.model, request.messages, request.tools, stream=self.stream
+        )
+        # Encoded once, sent as is by every attempt (ASCII JSON: the fastest encoder).
+        content = json.dumps(body, separators=(",", ":")).encode("ascii")
+        headers = {"Authorization": f"Bearer {self._api_key}", "Content-Type": "application/json"}
         retrying = Retrying(
-            retry=retry_if_exception_type(_TransientError),
+            retry=retry_if_exception_type(TransientFailure),
             wait=self._next_wait,
             stop=self._should_stop,
             before_sleep=lambda state: self._notify(state, request),
             reraise=True,
         )
-        headers = {
-            "Authorization": f"Bearer {self._api_key}",
-            "Content-Type": "application/json",
-            "User-Agent": "keel",
-        }
-        import httpx  # noqa: PLC0415 - imported on first use: it costs every `keel` start 0.15 s
-
         attempts = 0
-        with httpx.Client(timeout=httpx.Timeout(self.timeout), headers=headers) as client:
-            try:
-                for attempt in retrying:
-                    with attempt:
-                        attempts += 1
-                        payload = self._post(client, body)
-            except _TransientError as exc:
-                waited = retrying.statistics.get("idle_for", 0.0)
-                raise ModelError(
-                    f"{self.spec}: gave up after {attempts} attempt(s) and {waited:.2f}s of "
-                    f"backoff; last error: {exc.message}",
-                    status_code=exc.status_code,
-                    transient=True,
-                ) from exc
-        return self._turn(payload, request.step)
+        try:
+            for attempt in retrying:
+                with attempt:
+                    attempts = attempt.retry_state.attempt_number
+                    parsed = self._attempt(content, headers, request, attempts)
+        except TransientFailure as exc:
+            waited = retrying.statistics.get("idle_for", 0.0)
+            raise ModelError(
+                f"{self.spec}: gave up after {attempts} attempt(s) and {waited:.2f}s of "
+                f"backoff; last error: {exc.message}",
+                status_code=exc.status_code,
+                transient=True,
+            ) from exc
+        return self._turn(parsed)
 
     # --- one attempt -------------------------------------------------------------------
 
-    def _post(self, client: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
-        import httpx  # noqa: PLC0415 - already loaded by complete()
+    def _attempt(
+        self, content: bytes, headers: dict[str, str], request: ModelRequest, attempt: int
+    ) -> ParsedResponse:
+        """One request and its whole answer, parsed; raises `TransientFailure` for
+        anything worth asking again, `ModelError` for anything that is not."""
+        import httpx  # noqa: PLC0415 - loaded by shared_client on first use
 
+        client = shared_client(self.base_url, self.timeout)
         try:
-            response = client.post(self.endpoint, json=body)
+            with client.stream("POST", self.endpoint, content=content, headers=headers) as response:
+                payload = self._read(response, request, attempt)
         except httpx.TimeoutException as exc:
-            raise _TransientError(
-                f"no answer within {self.timeout:g}s ({type(exc).__name__})",
-                status_code=None,
-                retry_after=None,
+            raise TransientFailure(
+                f"no answer within {self.timeout:g}s ({type(exc).__name__})"
             ) from exc
         except (httpx.NetworkError, httpx.RemoteProtocolError) as exc:
-            raise _TransientError(
-                f"connection failed ({type(exc).__name__}: {exc})",
-                status_code=None,
-                retry_after=None,
-            ) from exc
+            raise TransientFailure(f"connection failed ({type(exc).__name__}: {exc})") from exc
+        except StreamCut as exc:
+            raise TransientFailure(str(exc), status_code=200) from exc
+        except StreamError as exc:
+            raise self._error_object(exc.text, exc.error) from exc
         except httpx.HTTPError as exc:
             raise ModelError(
                 f"{self.spec}: cannot reach {self.endpoint}: {type(exc).__name__}: {exc}"
             ) from exc
-        return self._payload(response)
+        except RuntimeError as exc:
+            if not client.is_closed:
+                raise
+            # The shared pool was closed under this call (the harness closing): the
+            # next attempt opens a new one.
+            raise TransientFailure("the connection pool was closed; reconnecting") from exc
+        parsed = parse_response(self.profile, payload, model=self.model, step=request.step)
+        if parsed.retry:
+            raise TransientFailure(
+                f"the provider ended the answer with finish_reason "
+                f"{parsed.provider_finish_reason!r}, which means: ask again",
+                status_code=200,
+            )
+        return parsed
 
-    def _payload(self, response: httpx.Response) -> dict[str, Any]:
+    def _read(
+        self, response: httpx.Response, request: ModelRequest, attempt: int
+    ) -> dict[str, Any]:
+        """The answer as a non-streaming payload, whether it came streamed or not."""
         status = response.status_code
+        if status != 200:
+            response.read()
+            raise classify_http_failure(
+                self.profile,
+                status=status,
+                text=response.text,
+                headers=response.headers,
+                spec=self.spec,
+                base_url=self.base_url,
+                key_variable=self.api_key_variable,
+            )
+        content_type = response.headers.get("content-type", "")
+        if content_type.startswith("text/event-stream"):
+            accumulator = StreamAccumulator(
+                self.profile.reasoning_fields, on_delta=request.on_delta, attempt=attempt
+            )
+            accumulator.feed_lines(response.iter_lines())
+            return accumulator.payload()
+        response.read()
         try:
-            parsed: Any = response.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
+            parsed: Any = json.loads(response.content)
+        except (ValueError, UnicodeDecodeError):
             parsed = None
-        if status == 200 and isinstance(parsed, dict):
-            return parsed
-        if status == 200:
-            raise _TransientError(
+        if not isinstance(parsed, dict):
+            raise TransientFailure(
                 f"HTTP 200 with a body that is not a JSON object: {_excerpt(response.text)}",
                 status_code=status,
-                retry_after=None,
             )
-        detail = provider_error_message(parsed, response.text)
-        if status in TRANSIENT_STATUS_CODES or status >= 500:
-            raise _TransientError(
-                f"HTTP {status}: {detail}",
-                status_code=status,
-                retry_after=retry_after_seconds(response.headers),
-            )
-        hint = ""
-        if status in (401, 403):
-            hint = f" (check {self.api_key_variable})"
-        elif status == 404:
-            hint = f" (check the model name and the base URL {self.base_url})"
-        elif 300 <= status < 400:
-            hint = f" (unexpected redirect; check the base URL {self.base_url})"
-        raise ModelError(
-            f"{self.spec}: provider answered HTTP {status}: {detail}{hint}",
-            status_code=status,
-            transient=False,
+        if "error" in parsed and not parsed.get("choices"):
+            raise self._error_object(response.text, parsed["error"])
+        return parsed
+
+    def _error_object(self, text: str, error: Any) -> ModelError | TransientFailure:
+        return classify_error_object(
+            self.profile, text=text, error=error, spec=self.spec, base_url=self.base_url
         )
 
     # --- retry policy --------------------------------------------------------------------
@@ -229,35 +270,28 @@ class OpenAICompatModel:
 
     # --- the answer ------------------------------------------------------------------------
 
-    def _turn(self, payload: dict[str, Any], step: int) -> ModelTurn:
-        choices = payload.get("choices")
-        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-            raise ModelError(
-                f"{self.spec}: the response has no choices: "
-                f"{provider_error_message(payload, json.dumps(payload))}"
-            )
-        message = choices[0].get("message")
-        if not isinstance(message, dict):
-            raise ModelError(f"{self.spec}: the response's first choice has no message")
-        usage = _usage(payload.get("usage"))
-        reported_model = payload.get("model")
+    def _turn(self, parsed: ParsedResponse) -> ModelTurn:
         return ModelTurn(
-            content=_text(message.get("content")),
-            tool_calls=_tool_calls(message.get("tool_calls"), step),
-            usage=usage,
-            cost=self._cost(usage),
-            model=reported_model if isinstance(reported_model, str) else self.model,
-            reasoning=_text(message.get("reasoning_content") or message.get("reasoning")),
+            content=parsed.content,
+            tool_calls=parsed.tool_calls,
+            usage=parsed.usage,
+            cost=self._cost(parsed.usage),
+            model=parsed.model,
+            reasoning=parsed.reasoning,
+            finish_reason=parsed.finish_reason,
+            provider_finish_reason=parsed.provider_finish_reason,
+            refusal=parsed.refusal,
         )
 
     def _cost(self, usage: TokenUsage) -> float:
         """The turn's cost in USD; ModelError when the reported usage gives no finite
         cost (absurd token counts), so a bogus number never reaches the budget."""
-        if max(usage.input_tokens, usage.output_tokens) > MAX_COUNT:
+        counts = usage.to_dict()
+        if max(counts.values()) > MAX_COUNT:
+            reported = ", ".join(f"{count} {kind}" for kind, count in counts.items())
             raise ModelError(
-                f"{self.spec}: the provider reported {usage.input_tokens} prompt and "
-                f"{usage.output_tokens} completion tokens for one turn (more than {MAX_COUNT}); "
-                "refusing a usage report that cannot be right"
+                f"{self.spec}: the provider reported {reported} for one turn (a count "
+                f"above {MAX_COUNT}); refusing a usage report that cannot be right"
             )
         cost = self.prices.cost(self.spec, usage)
         if not 0 <= cost < math.inf:
@@ -268,149 +302,11 @@ class OpenAICompatModel:
         return cost
 
 
-# --- wire format (public so the loop's tests can compare against it) ---------------------
-
-
-def request_body(
-    model: str, messages: tuple[Message, ...], tools: tuple[ToolSpec, ...]
-) -> dict[str, Any]:
-    """The chat-completions request body; never carries reasoning content."""
-    body: dict[str, Any] = {
-        "model": model,
-        "messages": [wire_message(m) for m in messages],
-        "stream": False,
-    }
-    if tools:
-        body["tools"] = [
-            {
-                "type": "function",
-                "function": {
-                    "name": t.name,
-                    "description": t.description,
-                    "parameters": t.parameters,
-                },
-            }
-            for t in tools
-        ]
-    return body
-
-
-def wire_message(message: Message) -> dict[str, Any]:
-    """One message as the provider expects it."""
-    if message.role == "tool":
-        return {
-            "role": "tool",
-            "tool_call_id": message.tool_call_id or "",
-            "content": message.content or "",
-        }
-    if message.role == "assistant" and message.tool_calls:
-        return {
-            "role": "assistant",
-            "content": message.content,
-            "tool_calls": [
-                {
-                    "id": call.id,
-                    "type": "function",
-                    "function": {"name": call.name, "arguments": call.arguments},
-                }
-                for call in message.tool_calls
-            ],
-        }
-    return {"role": message.role, "content": message.content or ""}
-
-
-def provider_error_message(parsed: Any, raw_text: str) -> str:
-    """The provider's own error message from an OpenAI-style error body, else the body."""
-    if isinstance(parsed, dict):
-        error = parsed.get("error")
-        if isinstance(error, dict) and isinstance(error.get("message"), str):
-            return str(error["message"])
-        if isinstance(error, str):
-            return error
-        for key in ("message", "detail"):
-            if isinstance(parsed.get(key), str):
-                return str(parsed[key])
-    return _excerpt(raw_text) or "(empty body)"
-
-
-def retry_after_seconds(headers: Mapping[str, str], *, now: datetime | None = None) -> float | None:
-    """The server's requested wait: ``retry-after-ms``, or ``Retry-After`` as seconds or
-    an HTTP date; None when absent or unreadable."""
-    milliseconds = headers.get("retry-after-ms")
-    if milliseconds is not None:
-        try:
-            return max(0.0, float(milliseconds) / 1000)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
-
-
-def _failure_of(state: RetryCallState) -> _TransientError | None:
+def _failure_of(state: RetryCallState) -> TransientFailure | None:
     if state.outcome is None:
         return None
     exc = state.outcome.exception()
-    return exc if isinstance(exc, _TransientError) else None
-
-
-def _usage(raw: Any) -> TokenUsage:
-    if not isinstance(raw, dict):
-        return TokenUsage(input_tokens=0, output_tokens=0)
-    return TokenUsage(
-        input_tokens=_count(raw.get("prompt_tokens")),
-        output_tokens=_count(raw.get("completion_tokens")),
-    )
-
-
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
-
-def _text(value: Any) -> str | None:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list):  # content parts: [{"type": "text", "text": "…"}]
-        parts = [p.get("text", "") for p in value if isinstance(p, dict)]
-        return "".join(p for p in parts if isinstance(p, str))
-    return None
-
-
-def _tool_calls(raw: Any, step: int) -> tuple[ToolCall, ...]:
-    if not isinstance(raw, list):
-        return ()
-    calls = []
-    for index, item in enumerate(raw):
-        if not isinstance(item, dict):
-            continue
-        function = item.get("function")
-        function = function if isinstance(function, dict) else {}
-        arguments = function.get("arguments")
-        if arguments is None:
-            arguments = ""
-        elif not isinstance(arguments, str):  # some servers send the object itself
-            arguments = json.dumps(arguments, ensure_ascii=False)
-        call_id = item.get("id")
-        name = function.get("name")
-        calls.append(
-            ToolCall(
-                id=call_id if isinstance(call_id, str) and call_id else f"call_{step}_{index}",
-                name=name if isinstance(name, str) else "",
-                arguments=arguments,
-            )
-        )
-    return tuple(calls)
+    return exc if isinstance(exc, TransientFailure) else None
 
 
 def _excerpt(text: str) -> str:
@@ -419,9 +315,8 @@ def _excerpt(text: str) -> str:
 
 
 __all__ = [
+    "TRANSIENT_STATUS_CODES",
     "OpenAICompatModel",
     "provider_error_message",
-    "request_body",
     "retry_after_seconds",
-    "wire_message",
 ]
