@@ -153,6 +153,40 @@ def test_a_failed_run_exits_1_and_prints_its_reason_and_unfinished_todos(cli: Cl
     assert cli.state(run_id).status is RunStatus.FAILED
 
 
+def test_replies_cut_at_the_length_limit_three_times_fail_the_run_saying_so(cli: Cli) -> None:
+    cut = {"content": "The plan is: first,", "finish_reason": "length"}
+    model = cli.script([cut, cut, cut, {"content": "never played"}])
+
+    proc = cli("run", "explain", "--model", model, "--json")
+
+    assert proc.returncode == 1, proc.stderr
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    summary = lines[-1]
+    assert (summary["status"], summary["reason"]) == ("failed", "model_output_truncated")
+    assert summary["result"]["truncated_turns"] == 3
+    responded = [e for e in lines if e.get("type") == "model_responded"]
+    assert [e["data"]["finish_reason"] for e in responded] == ["length"] * 3
+
+
+def test_a_refused_turn_exits_1_with_the_providers_reason_in_the_summary(
+    cli: Cli, provider: FakeProvider
+) -> None:
+    provider.reply("Sorry.", finish_reason="content_filter")
+
+    proc = cli(
+        "run",
+        "anything",
+        "--model",
+        "openai:some-model",
+        OPENAI_BASE_URL=provider.base_url,
+        OPENAI_API_KEY="sk-test",
+    )
+
+    assert proc.returncode == 1, proc.stderr
+    assert "failed (provider_refused:content_filter)" in proc.stdout
+    assert len(provider.requests) == 1
+
+
 def test_a_missing_api_key_exits_2_naming_the_variable(cli: Cli) -> None:
     proc = cli("run", "anything", "--model", "openai:gpt-4o-mini")
 

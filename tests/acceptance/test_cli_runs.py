@@ -152,6 +152,49 @@ def test_events_prints_a_timeline_and_json_lines(tmp_path: Path, store: SQLiteSt
     assert records == [e.to_dict() for e in store.read_events(state.run_id, after=2)]
 
 
+def test_events_name_a_turn_cut_at_the_length_limit_and_the_providers_own_reason(
+    tmp_path: Path, store: SQLiteStore
+) -> None:
+    state = make_run(store)
+    cut = NewEvent(
+        type=EventType.MODEL_RESPONDED,
+        data={"content": "half of it", "tool_calls": [], "finish_reason": "length"},
+    )
+    odd = NewEvent(
+        type=EventType.MODEL_RESPONDED,
+        data={
+            "content": "done",
+            "tool_calls": [],
+            "finish_reason": "stop",
+            "provider_finish_reason": "eos",
+        },
+    )
+    state, _ = append(store, state, [cut, odd])
+
+    lines = expect_lines(keel("events", state.run_id, cwd=tmp_path))
+
+    assert "finish length" in lines[1] and "half of it" in lines[1]
+    assert "provider said eos" in lines[2] and "finish" not in lines[2]
+
+
+def test_show_of_turns_reporting_only_input_and_output_shows_zero_cached_and_reasoning(
+    tmp_path: Path, store: SQLiteStore
+) -> None:
+    state = make_run(store)
+    state, _ = append(store, state, model_step(input_tokens=900, output_tokens=100))
+
+    text = " ".join(keel("show", state.run_id, cwd=tmp_path).stdout.split())
+
+    assert "tokens 1000 / ∞" in text
+    assert "input 900 (cached 0, cache hits 0.0%)" in text
+    assert "output 100 (reasoning 0)" in text
+
+
+def expect_lines(result: subprocess.CompletedProcess[str]) -> list[str]:
+    assert result.returncode == 0, result.stderr
+    return result.stdout.splitlines()
+
+
 def test_events_follow_prints_new_events_until_the_run_ends(
     tmp_path: Path, store: SQLiteStore
 ) -> None:

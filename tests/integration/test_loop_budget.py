@@ -13,11 +13,14 @@ from typing import Any
 import pytest
 
 from keel.core.budget import Budget
+from keel.core.errors import ConfigError
 from keel.core.events import Event, EventType
 from keel.core.status import RunStatus
+from keel.core.tasks import TaskStatus
 from keel.models.base import ModelRequest
 from keel.models.scripted import ScriptedModel
 from keel.runtime.harness import Harness, RunOutcome
+from keel.runtime.worker import Worker
 
 TODOS = {
     "todos": [
@@ -132,6 +135,88 @@ def test_the_model_is_warned_at_80_percent_and_told_to_converge(
     [note] = notes_seen(model.requests[4])
     assert "Budget warning: steps at or past 80 %" in note and "Converge now" in note
     assert "Budget left: steps 1" in (model.requests[4].messages[0].content or "")
+
+
+# --- tokens by kind, and what a cost budget needs ---------------------------------------
+
+
+def test_cached_and_reasoning_tokens_are_summed_by_kind_but_not_counted_twice(
+    tmp_path: Path, workspace: Path
+) -> None:
+    usage = {
+        "input_tokens": 400,
+        "cached_input_tokens": 300,
+        "output_tokens": 50,
+        "reasoning_tokens": 40,
+    }
+    turns = [turn(read("a.txt"), usage=usage), {"content": "done", "usage": usage}]
+
+    outcome, _, _ = drive(tmp_path, workspace, turns, budget=Budget(max_tokens=901))
+
+    assert outcome.status is RunStatus.COMPLETED  # 900 tokens: input + output only
+    used = outcome.state.usage
+    assert used.tokens == 900
+    assert (used.input_tokens, used.cached_input_tokens) == (800, 600)
+    assert (used.output_tokens, used.reasoning_tokens) == (100, 80)
+    assert used.cache_hit_ratio == 0.75
+
+
+class UnpricedModel(ScriptedModel):
+    """A model whose turns cost 0 for want of a price (as the HTTP adapter says of a spec
+    missing from the price table)."""
+
+    priced = False
+
+
+def test_a_cost_budget_with_a_model_keel_cannot_price_is_refused_before_any_run_exists(
+    tmp_path: Path, workspace: Path
+) -> None:
+    model = UnpricedModel([{"content": "done"}], spec="openai:house-model")
+    with Harness(store=f"sqlite:///{tmp_path}/keel.db", model=model) as harness:
+        with pytest.raises(ConfigError) as refused:
+            harness.run("fix the bug", cwd=workspace, budget=Budget(max_cost=1.0))
+        assert harness.store.list_runs() == []
+        outcome = harness.run("fix the bug", cwd=workspace)  # no cost budget: it runs
+
+    assert outcome.status is RunStatus.COMPLETED
+    message = str(refused.value)
+    assert 'add [prices."openai:house-model"]' in message and ".keel/config.toml" in message
+    assert model.requests[0].step == 0 and len(model.requests) == 1
+
+
+def test_resuming_a_cost_budgeted_run_with_an_unpriced_model_leaves_it_untouched(
+    tmp_path: Path, workspace: Path
+) -> None:
+    url = f"sqlite:///{tmp_path}/keel.db"
+    with Harness(store=url, model=ScriptedModel([{"content": "done"}])) as priced:
+        state = priced.create("fix the bug", cwd=workspace, budget=Budget(max_cost=1.0))
+    unpriced = UnpricedModel([{"content": "done"}], spec="openai:house-model")
+    with Harness(store=url, model=unpriced) as harness:
+        with pytest.raises(ConfigError, match=r'\[prices\."openai:house-model"\]'):
+            harness.resume(state.run_id)
+        after = harness.get(state.run_id)
+        assert harness.store.current_run_lease(state.run_id) is None
+
+    assert after == state  # not one event more, no lease left behind
+    assert unpriced.requests == []
+
+
+def test_a_worker_fails_a_task_whose_cost_budget_cannot_be_priced_instead_of_retrying_it(
+    tmp_path: Path, workspace: Path
+) -> None:
+    model = UnpricedModel([{"content": "done"}], spec="openai:house-model")
+    with Harness(store=f"sqlite:///{tmp_path}/keel.db", model=model) as harness:
+        options: dict[str, object] = {"cwd": str(workspace), "budget": {"max_cost": 1.0}}
+        task = harness.store.create_task("fix the bug", actor="lead", options=options)
+
+        stats = Worker(harness, poll_interval=0.05).run(until_idle=True)
+
+        failed = harness.store.get_task(task.id)
+        assert harness.store.list_runs() == []
+
+    assert failed.status is TaskStatus.FAILED
+    assert failed.result is not None and 'add [prices."openai:house-model"]' in failed.result
+    assert stats.tasks_failed == 1 and model.requests == []
 
 
 # --- no progress ------------------------------------------------------------------------

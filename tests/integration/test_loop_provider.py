@@ -16,6 +16,7 @@ import pytest
 from keel.core.events import Event, EventType
 from keel.core.status import RunStatus
 from keel.models.openai_compat import OpenAICompatModel
+from keel.models.resolve import resolve_model
 from keel.runtime.harness import Harness, RunOutcome
 from keel.testing.provider import FakeProvider
 
@@ -287,3 +288,43 @@ def test_the_openai_spec_is_configured_from_the_environment_including_retry_sett
     assert retry.data["wait_seconds"] <= 0.05
     assert provider.requests[-1]["model"] == "some-model"
     assert provider.headers[-1]["authorization"] == "Bearer sk-from-env"
+
+
+# --- reasoning sent back -----------------------------------------------------------------
+
+
+def test_deepseek_thinking_mode_gets_the_reasoning_of_earlier_tool_call_turns_back(
+    tmp_path: Path, workspace: Path
+) -> None:
+    """DeepSeek answers 400 when an assistant turn that made tool calls comes back without
+    its reasoning_content (its thinking-mode guide); FakeProvider enforces that rule."""
+    with FakeProvider(rules="deepseek", strict=True) as provider:
+        provider.reply(
+            tool_calls=[("read_file", {"path": "a.txt"})], reasoning_content="R1: read a.txt first"
+        )
+        provider.reply(
+            tool_calls=[("edit_file", {"path": "a.txt", "old_text": "hello", "new_text": "bye"})],
+            reasoning_content="R2: now replace the word",
+        )
+        provider.reply(content="Replaced hello with bye.", reasoning_content="R3: done")
+        environ = {"DEEPSEEK_API_KEY": "sk-test", "DEEPSEEK_BASE_URL": provider.base_url}
+        model = resolve_model("deepseek:deepseek-reasoner", cwd=tmp_path, environ=environ)
+        with Harness(store=f"sqlite:///{tmp_path}/keel.db", model=model) as harness:
+            outcome = harness.run("replace hello with bye", cwd=workspace)
+
+        assert outcome.status is RunStatus.COMPLETED, outcome.stop_reason
+        assert (workspace / "a.txt").read_text() == "bye world\n"
+        assert len(provider.requests) == 3
+        assert provider.violations == []
+
+        def reasoning_sent(request: dict[str, Any]) -> list[str | None]:
+            return [
+                m.get("reasoning_content") for m in request["messages"] if m["role"] == "assistant"
+            ]
+
+        assert reasoning_sent(provider.requests[0]) == []
+        assert reasoning_sent(provider.requests[1]) == ["R1: read a.txt first"]
+        assert reasoning_sent(provider.requests[2]) == [
+            "R1: read a.txt first",
+            "R2: now replace the word",
+        ]

@@ -76,8 +76,49 @@ def test_usage_adds_up_and_cost_does_not_drift() -> None:
 def test_budget_and_usage_round_trip_through_dicts() -> None:
     budget = Budget(max_steps=4, max_tool_calls=None, max_tokens=9, max_cost=0.3)
     assert Budget.from_dict(budget.to_dict()) == budget
-    usage = Usage(steps=1, tool_calls=2, tokens=3, cost=0.4, wall_seconds=5.5)
+    usage = Usage(
+        steps=1,
+        tool_calls=2,
+        tokens=3,
+        cost=0.4,
+        wall_seconds=5.5,
+        input_tokens=2,
+        cached_input_tokens=1,
+        output_tokens=1,
+        reasoning_tokens=1,
+    )
     assert Usage.from_dict(usage.to_dict()) == usage
+
+
+def test_a_turn_adds_a_step_its_tokens_by_kind_and_its_cost() -> None:
+    usage = Usage(wall_seconds=2.0).add_turn(
+        {
+            "input_tokens": 900,
+            "cached_input_tokens": 600,
+            "output_tokens": 100,
+            "reasoning_tokens": 80,
+        },
+        0.25,
+    )
+    usage = usage.add_turn({"input_tokens": 100, "output_tokens": 10}, 0.05)
+    assert (usage.steps, usage.tokens, usage.cost, usage.wall_seconds) == (2, 1110, 0.3, 2.0)
+    assert (usage.input_tokens, usage.cached_input_tokens) == (1000, 600)
+    assert (usage.output_tokens, usage.reasoning_tokens) == (110, 80)
+    assert usage.cache_hit_ratio == 0.6
+    assert usage.add(tool_calls=1).input_tokens == 1000  # other additions keep the kinds
+
+
+def test_a_token_count_that_is_not_a_whole_number_counts_nothing() -> None:
+    usage = Usage().add_turn(
+        {"input_tokens": "12", "output_tokens": True, "cached_input_tokens": -5}, 0.0
+    )
+    assert (usage.steps, usage.tokens, usage.input_tokens, usage.cached_input_tokens) == (
+        1,
+        0,
+        0,
+        0,
+    )
+    assert usage.cache_hit_ratio is None
 
 
 # --- limits are checked before a run exists ----------------------------------------------

@@ -79,7 +79,14 @@ class Run:
         )
         return decide(self.state, situation)
 
-    def model(self, *calls: tuple[str, Any], content: str | None = None, **usage: Any) -> None:
+    def model(
+        self,
+        *calls: tuple[str, Any],
+        content: str | None = None,
+        finish_reason: Any = "stop",
+        refusal: str | None = None,
+        **usage: Any,
+    ) -> None:
         """Record one model turn proposing ``calls`` (arguments: a dict, or raw text)."""
         self.turns += 1
         turn = ModelTurn(
@@ -98,6 +105,8 @@ class Run:
             ),
             cost=usage.get("cost", 0.0),
             model="test",
+            finish_reason=finish_reason,
+            refusal=refusal,
         )
         self.add(*after_model(self.state, turn, elapsed_s=usage.get("elapsed_s", 0.0)))
 
@@ -294,6 +303,124 @@ def test_an_empty_reply_gets_a_note_and_the_model_is_asked_again() -> None:
     assert run.state.status is RunStatus.RUNNING
     assert "empty" in run.notes()[-1]
     assert isinstance(run.decide(), CallModel)
+
+
+# --- how a turn ended -----------------------------------------------------------------------
+
+
+def test_a_turn_cut_at_the_length_limit_is_never_final_the_model_is_told_and_asked_again() -> None:
+    run = Run(verify=("pytest",))
+    run.model(content="Here is the whole fix: first", finish_reason="length")
+    assert run.state.status is RunStatus.RUNNING  # not a final answer
+    assert run.state.truncated_turns == 1
+    assert "cut off at the output length limit" in run.notes()[-1]
+    assert "1 time(s) running; 3 times running end the run" in run.notes()[-1]
+    assert isinstance(run.decide(), CallModel)
+
+
+def test_the_tool_calls_of_a_cut_turn_are_not_run() -> None:
+    run = Run()
+    run.model(("write_file", '{"path": "big.py", "content": "def f('), finish_reason="length")
+    assert run.state.turn_calls == ()
+    assert "its 1 tool call(s) were incomplete and none of them ran" in run.notes()[-1]
+    assert isinstance(run.decide(), CallModel)
+
+
+def test_the_third_cut_turn_running_fails_the_run_saying_how_often() -> None:
+    run = Run()
+    run.model(content="part", finish_reason="length")
+    run.model(("write_file", '{"path": "a'), finish_reason="length")
+    assert run.state.status is RunStatus.RUNNING and run.state.truncated_turns == 2
+    run.model(content="part again", finish_reason="length")
+    assert run.state.status is RunStatus.FAILED
+    assert run.state.reason == "model_output_truncated"
+    assert run.state.result is not None
+    assert run.state.result["truncated_turns"] == 3
+    assert "3 times running" in run.state.result["detail"]
+    notes = [n for n in run.notes() if "length limit" in n]
+    assert len(notes) == 2  # told twice, then stopped
+
+
+def test_a_turn_that_was_not_cut_resets_the_count_of_cut_turns() -> None:
+    run = Run()
+    run.model(content="part", finish_reason="length")
+    run.model(content="part", finish_reason="length")
+    run.model(("read_file", {"path": "a.txt"}), finish_reason="tool_calls")
+    assert run.state.truncated_turns == 0
+    run.perform()
+    run.model(content="part", finish_reason="length")
+    run.model(content="part", finish_reason="length")
+    assert run.state.status is RunStatus.RUNNING and run.state.truncated_turns == 2
+
+
+@pytest.mark.parametrize("finish", ["content_filter", "refusal"])
+def test_a_refused_turn_fails_the_run_at_once_with_the_providers_words(finish: str) -> None:
+    run = Run()
+    run.model(
+        ("write_file", {"path": "a.txt", "content": "x"}),
+        content="I can't help with that.",
+        finish_reason=finish,
+        refusal="I can't help with that." if finish == "refusal" else None,
+    )
+    assert run.state.status is RunStatus.FAILED
+    assert run.state.reason == f"provider_refused:{finish}"
+    assert run.state.turn_calls == ()
+    result = run.state.result or {}
+    if finish == "refusal":
+        assert result["refusal"] == "I can't help with that."
+    assert isinstance(run.decide(), Halt)
+
+
+def test_a_refusal_text_with_an_ordinary_finish_reason_is_a_refusal() -> None:
+    run = Run()
+    run.model(content=None, refusal="I must decline.", finish_reason="stop")
+    assert (run.state.status, run.state.reason) == (RunStatus.FAILED, "provider_refused:refusal")
+
+
+def test_the_finish_reason_and_the_usage_by_kind_are_on_record() -> None:
+    run = Run()
+    turn = ModelTurn(
+        content="done",
+        tool_calls=(),
+        usage=TokenUsage(
+            input_tokens=100, output_tokens=40, cached_input_tokens=64, reasoning_tokens=30
+        ),
+        cost=0.001,
+        model="test",
+        finish_reason="stop",
+        provider_finish_reason="eos_token",
+    )
+    [responded, *_] = after_model(run.state, turn, elapsed_s=0.0)
+    assert responded.data["finish_reason"] == "stop"
+    assert responded.data["provider_finish_reason"] == "eos_token"
+    assert "refusal" not in responded.data
+    assert responded.data["usage"] == {
+        "input_tokens": 100,
+        "output_tokens": 40,
+        "cached_input_tokens": 64,
+        "reasoning_tokens": 30,
+    }
+
+
+def test_a_finish_reason_no_profile_knows_is_recorded_as_the_providers_and_treated_as_stop() -> (
+    None
+):
+    run = Run()
+    odd: Any = "eos"
+    turn = ModelTurn(
+        content="all done",
+        tool_calls=(),
+        usage=TokenUsage(input_tokens=1, output_tokens=1),
+        cost=0.0,
+        model="test",
+        finish_reason=odd,
+    )
+    events = after_model(run.state, turn, elapsed_s=0.0)
+    run.add(*events)
+    responded = events[0].data
+    assert (responded["finish_reason"], responded["provider_finish_reason"]) == ("stop", "eos")
+    assert any("finish_reason" in fix for fix in responded["sanitized"])
+    assert run.state.status is RunStatus.VERIFYING  # a final answer, as with stop
 
 
 def test_request_completion_waits_for_the_other_calls_of_its_turn() -> None:

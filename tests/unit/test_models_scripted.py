@@ -82,6 +82,32 @@ def test_reasoning_and_cost_are_reported() -> None:
     assert turn.model == "scripted:inline"
 
 
+def test_how_a_turn_ended_and_its_usage_by_kind_are_reported() -> None:
+    model = ScriptedModel(
+        [
+            {
+                "content": "half an ans",
+                "finish_reason": "length",
+                "usage": {
+                    "input_tokens": 900,
+                    "cached_input_tokens": 512,
+                    "output_tokens": 4096,
+                    "reasoning_tokens": 1000,
+                },
+            },
+            {"content": None, "finish_reason": "refusal", "refusal": "I can't help with that."},
+            {"content": "ok", "provider_finish_reason": "eos"},
+        ]
+    )
+    cut, refused, odd = (model.complete(at(step)) for step in range(3))
+    assert cut.finish_reason == "length"
+    assert cut.usage == TokenUsage(
+        input_tokens=900, output_tokens=4096, cached_input_tokens=512, reasoning_tokens=1000
+    )
+    assert (refused.finish_reason, refused.refusal) == ("refusal", "I can't help with that.")
+    assert (odd.finish_reason, odd.provider_finish_reason) == ("stop", "eos")
+
+
 def test_past_the_end_raises_a_model_error_naming_the_turn() -> None:
     model = ScriptedModel(SCRIPT)
     with pytest.raises(ModelError, match=r"scripted model has no turn 2 \(script has 2\)") as err:
@@ -119,6 +145,17 @@ def test_assert_consumed_accepts_a_resumed_instance_that_reached_the_end() -> No
         ([{"cost": math.inf}], "cost must be a finite number of USD, 0 or more, got inf"),
         ([{"cost": 10**400}], "cost must be a finite number of USD"),
         ([{"usage": {"output_tokens": 10**13}}], "usage token counts must be whole numbers"),
+        ([{"usage": {"prompt_tokens": 1}}], "usage must be an object with some of input_tokens"),
+        (
+            [{"usage": {"input_tokens": 10, "cached_input_tokens": 11}}],
+            "cached_input_tokens is part of input_tokens",
+        ),
+        (
+            [{"usage": {"output_tokens": 1, "reasoning_tokens": 2}}],
+            "reasoning_tokens is part of output_tokens",
+        ),
+        ([{"finish_reason": "eos"}], "turn 0: finish_reason must be one of stop, tool_calls"),
+        ([{"refusal": ["no"]}], "turn 0: refusal must be a string"),
     ],
 )
 def test_a_broken_script_is_refused_naming_the_turn(script: list[Any], message: str) -> None:

@@ -207,3 +207,70 @@ def test_a_deleted_file_outside_the_plans_paths_is_a_change_outside_the_plan() -
     )
 
     assert log.state.changes_outside_plan() == ["README.md"]
+
+
+def responded(finish: str | None = None, calls: int = 0, **usage: int) -> NewEvent:
+    data: dict[str, object] = {
+        "usage": usage,
+        "cost": 0.001,
+        "tool_calls": [
+            {"id": f"c{i}", "name": "read_file", "arguments": '{"path": "a"}'} for i in range(calls)
+        ],
+    }
+    if finish is not None:
+        data["finish_reason"] = finish
+    return NewEvent(type=EventType.MODEL_RESPONDED, data=data)
+
+
+def test_tokens_are_summed_by_kind_while_the_budgets_tokens_stay_input_plus_output() -> None:
+    log = Log()
+    log.add(
+        responded(input_tokens=1000, cached_input_tokens=0, output_tokens=200, reasoning_tokens=50),
+        responded(input_tokens=1200, cached_input_tokens=1000, output_tokens=100),
+        responded(input_tokens=10, output_tokens=5),  # an older record: two kinds only
+    )
+    usage = log.state.usage
+    assert (usage.input_tokens, usage.cached_input_tokens) == (2210, 1000)
+    assert (usage.output_tokens, usage.reasoning_tokens) == (305, 50)
+    assert usage.tokens == 2210 + 305
+    assert usage.cost == 0.003 and usage.steps == 3
+    assert usage.cache_hit_ratio == 1000 / 2210
+    assert RunState.from_dict(log.state.to_dict()) == log.state
+
+
+def test_cut_turns_running_are_counted_by_the_fold_and_survive_the_snapshot() -> None:
+    log = Log()
+    log.add(responded("length"), responded("length", calls=2))
+    assert log.state.truncated_turns == 2
+    assert log.state.turn_calls == ()  # a cut turn's calls are incomplete: none to run
+    assert RunState.from_dict(log.state.to_dict()).truncated_turns == 2
+    assert RunState.from_events(log.events) == log.state
+    log.add(responded("tool_calls", calls=1))
+    assert log.state.truncated_turns == 0
+    assert [c["id"] for c in log.state.turn_calls] == ["c0"]
+
+
+@pytest.mark.parametrize("finish", ["content_filter", "refusal"])
+def test_the_calls_of_a_refused_turn_are_not_to_run(finish: str) -> None:
+    log = Log()
+    log.add(responded(finish, calls=1))
+    assert log.state.turn_calls == () and log.state.truncated_turns == 0
+
+
+def test_a_turn_recorded_before_finish_reasons_were_kept_runs_its_calls() -> None:
+    log = Log()
+    log.add(responded(None, calls=1))
+    assert [c["id"] for c in log.state.turn_calls] == ["c0"]
+
+
+def test_a_snapshot_from_before_token_kinds_and_cut_turns_loads_with_zeros() -> None:
+    log = Log()
+    log.add(responded(input_tokens=40, output_tokens=2))
+    stored = log.state.to_dict()
+    stored["usage"] = {k: stored["usage"][k] for k in ("steps", "tool_calls", "tokens", "cost")}
+    del stored["truncated_turns"]
+
+    state = RunState.from_dict(stored)
+
+    assert (state.usage.tokens, state.usage.input_tokens, state.truncated_turns) == (42, 0, 0)
+    assert state.usage.cache_hit_ratio is None

@@ -72,12 +72,23 @@ def run_command(
     ),
     key: str | None = typer.Option(None, "--key", help="Idempotency key for the run."),
     detach: bool = typer.Option(False, "--detach", help="Only enqueue; a worker runs it."),
+    record: Path | None = typer.Option(
+        None,
+        "--record",
+        help="Write every model request and answer to this cassette file "
+        "(replay it with --model replay:FILE).",
+    ),
     json_out: bool = JsonOption,
     store: str | None = StoreOption,
 ) -> None:
     """Start a run and drive it; prints the run id first."""
     if plan_then and mode not in (None, "plan"):
         fail(f"--plan-then starts the run in plan mode; drop --mode {mode} (or use --mode plan)")
+    if record is not None and detach:
+        fail(
+            "--record cannot be used with --detach: recording happens in the process that "
+            "talks to the model; run without --detach to record"
+        )
     mode_used = "plan" if plan_then else (mode or "edit")
     budget = Budget(
         max_steps=max_steps,
@@ -100,6 +111,7 @@ def run_command(
         idempotency_key=key,
         queued=detach,
         sandbox=sandbox,
+        record=record,
     )
     if json_out:
         print_json({"run_id": state.run_id, "status": state.status.value})
@@ -108,7 +120,7 @@ def run_command(
     if detach:
         return
     _warn_unconfined(harness, state)
-    _drive(harness, state.run_id, json_out, answer_store_flag(store))
+    _drive(harness, state.run_id, json_out, answer_store_flag(store), record=record)
 
 
 RUN_OPTION_NAMES = {
@@ -166,7 +178,13 @@ def resume_command(
 
 
 def _drive(
-    harness: Harness, run_id: str, json_out: bool, store_flag: str, *, wait: float | None = 0.0
+    harness: Harness,
+    run_id: str,
+    json_out: bool,
+    store_flag: str,
+    *,
+    wait: float | None = 0.0,
+    record: Path | None = None,
 ) -> None:
     view = None if json_out else LiveView()
 
@@ -182,7 +200,13 @@ def _drive(
     while True:
         try:
             with view if view is not None else nullcontext():
-                outcome = harness.resume(run_id, wait=wait, on_wait=LeaseCountdown())
+                outcome = harness.resume(
+                    run_id,
+                    wait=wait,
+                    on_wait=LeaseCountdown(),
+                    on_delta=view.on_delta if view is not None else None,
+                    record=record,
+                )
         except KeyboardInterrupt:
             err_console.print(f"interrupted: run {run_id} stays resumable — `keel resume {run_id}`")
             raise typer.Exit(130) from None

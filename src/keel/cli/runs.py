@@ -28,7 +28,7 @@ from keel.cli.common import (
     print_json,
     store_url,
 )
-from keel.core.budget import Dimension
+from keel.core.budget import Dimension, Usage
 from keel.core.errors import LogDamaged, RunNotFound
 from keel.core.events import Event, EventType
 from keel.core.state import RunState
@@ -155,7 +155,7 @@ def show_command(
     with reading(store) as st:
         run = st.load_run(run_id)
     if as_json:
-        print_json(run.to_dict())
+        print_json({**run.to_dict(), "tokens": token_summary(run.usage)})
         return
     for line in describe_run(run, store_flag=answer_store_flag(store)):
         console.print(line, highlight=False)
@@ -179,6 +179,8 @@ def describe_run(run: RunState, *, store_flag: str = "") -> list[str]:
         used = run.usage.used(dim)
         limit = budget.limit(dim)
         lines.append(f"  {dim.value:<11}{amount(dim, used)} / {amount(dim, limit)}")
+    lines.append("[bold]tokens[/]")
+    lines += describe_tokens(run.usage)
     if run.todos:
         lines.append("[bold]todos[/]")
         marks = {"completed": "[green]✓[/]", "in_progress": "[cyan]…[/]"}
@@ -214,6 +216,29 @@ def describe_run(run: RunState, *, store_flag: str = "") -> list[str]:
     if run.status is RunStatus.WAITING:
         lines += describe_wait(run, store_flag)
     return lines
+
+
+def token_summary(usage: Usage) -> dict[str, Any]:
+    """Tokens by kind and the cache-hit ratio (cached / input; None before any input)."""
+    ratio = usage.cache_hit_ratio
+    return {
+        "input": usage.input_tokens,
+        "cached_input": usage.cached_input_tokens,
+        "output": usage.output_tokens,
+        "reasoning": usage.reasoning_tokens,
+        "cache_hit_ratio": None if ratio is None else round(ratio, 4),
+    }
+
+
+def describe_tokens(usage: Usage) -> list[str]:
+    """The run's tokens by kind, as ``keel show`` prints them."""
+    ratio = usage.cache_hit_ratio
+    hits = "-" if ratio is None else f"{ratio:.1%}"
+    return [
+        f"  input      {usage.input_tokens}  (cached {usage.cached_input_tokens}, "
+        f"cache hits {hits})",
+        f"  output     {usage.output_tokens}  (reasoning {usage.reasoning_tokens})",
+    ]
 
 
 def describe_result(result: dict[str, Any]) -> list[str]:
@@ -335,6 +360,11 @@ def event_summary(event: Event) -> str:
         calls = [c.get("name", "?") for c in d.get("tool_calls") or [] if isinstance(c, dict)]
         said = excerpt(str(d.get("content") or ""), 50)
         parts = [f"{tokens} tokens", *([f"calls {', '.join(calls)}"] if calls else [])]
+        finish = d.get("finish_reason")
+        if finish not in (None, "stop", "tool_calls"):
+            parts.append(f"finish {finish}")  # cut at the length limit, or refused
+        if d.get("provider_finish_reason"):
+            parts.append(f"provider said {d['provider_finish_reason']}")
         return "; ".join(parts) + (f" — {said}" if said else "")
     if kind in (EventType.TOOL_STARTED, EventType.APPROVAL_REQUESTED):
         return f"{d.get('tool', '?')} {excerpt(compact(d.get('arguments', {})))}"

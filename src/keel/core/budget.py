@@ -47,13 +47,24 @@ _LIMIT_FIELD = {
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Usage:
-    """What a run has consumed so far; persisted in the run state, never reset."""
+    """What a run has consumed so far; persisted in the run state, never reset.
+
+    ``tokens`` is the budget's dimension: prompt + completion tokens. The four kinds
+    say what they were: ``input_tokens`` (every prompt token, cached ones included),
+    ``cached_input_tokens`` (the part served from the provider's prompt cache),
+    ``output_tokens`` (every completion token) and ``reasoning_tokens`` (the part spent
+    thinking). A run recorded before the kinds were kept has them at 0.
+    """
 
     steps: int = 0
     tool_calls: int = 0
     tokens: int = 0
     cost: float = 0.0
     wall_seconds: float = 0.0
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
 
     def used(self, dim: Dimension) -> float:
         value: float = getattr(self, _USAGE_FIELD[dim])
@@ -74,7 +85,36 @@ class Usage:
             tokens=self.tokens + tokens,
             cost=round(self.cost + cost, 10) if cost else self.cost,
             wall_seconds=self.wall_seconds + wall_seconds,
+            input_tokens=self.input_tokens,
+            cached_input_tokens=self.cached_input_tokens,
+            output_tokens=self.output_tokens,
+            reasoning_tokens=self.reasoning_tokens,
         )
+
+    def add_turn(self, usage: Mapping[str, Any], cost: float) -> Usage:
+        """The usage after one model turn: a step, its tokens by kind (as a
+        ``model_responded`` event records them: ``TokenUsage.to_dict()``) and its cost.
+        The budget's ``tokens`` grows by input + output, as it always has."""
+        input_tokens = _count(usage.get("input_tokens"))
+        output_tokens = _count(usage.get("output_tokens"))
+        return Usage(
+            steps=self.steps + 1,
+            tool_calls=self.tool_calls,
+            tokens=self.tokens + input_tokens + output_tokens,
+            cost=round(self.cost + cost, 10) if cost else self.cost,
+            wall_seconds=self.wall_seconds,
+            input_tokens=self.input_tokens + input_tokens,
+            cached_input_tokens=self.cached_input_tokens + _count(usage.get("cached_input_tokens")),
+            output_tokens=self.output_tokens + output_tokens,
+            reasoning_tokens=self.reasoning_tokens + _count(usage.get("reasoning_tokens")),
+        )
+
+    @property
+    def cache_hit_ratio(self) -> float | None:
+        """Cached input tokens over input tokens; None before any input was counted."""
+        if not self.input_tokens:
+            return None
+        return self.cached_input_tokens / self.input_tokens
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -83,6 +123,10 @@ class Usage:
             "tokens": self.tokens,
             "cost": self.cost,
             "wall_seconds": self.wall_seconds,
+            "input_tokens": self.input_tokens,
+            "cached_input_tokens": self.cached_input_tokens,
+            "output_tokens": self.output_tokens,
+            "reasoning_tokens": self.reasoning_tokens,
         }
 
     @classmethod
@@ -93,7 +137,22 @@ class Usage:
             tokens=int(d.get("tokens", 0)),
             cost=float(d.get("cost", 0.0)),
             wall_seconds=float(d.get("wall_seconds", 0.0)),
+            input_tokens=int(d.get("input_tokens", 0)),
+            cached_input_tokens=int(d.get("cached_input_tokens", 0)),
+            output_tokens=int(d.get("output_tokens", 0)),
+            reasoning_tokens=int(d.get("reasoning_tokens", 0)),
         )
+
+
+def _count(value: Any) -> int:
+    """A recorded token count; anything that is not a whole number counts 0."""
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return max(0, value)
+    if isinstance(value, float) and math.isfinite(value):
+        return max(0, int(value))
+    return 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

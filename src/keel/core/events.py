@@ -17,7 +17,7 @@ class EventType(StrEnum):
     STATUS_CHANGED = "status_changed"  # from, to, reason
     RUN_RESUMED = "run_resumed"  # a process took the run (owner, incarnation)
     MODEL_REQUESTED = "model_requested"  # step number, model spec, message count
-    MODEL_RESPONDED = "model_responded"  # content, tool calls, usage, cost
+    MODEL_RESPONDED = "model_responded"  # content, tool calls, usage by kind, cost, finish reason
     TOOL_STARTED = "tool_started"  # call id, idempotency key, tool, exact arguments
     TOOL_FINISHED = "tool_finished"  # call id, result, changed files
     TOOL_FAILED = "tool_failed"  # call id, error kind, message

@@ -61,6 +61,7 @@ class RunState:
     recent_errors: tuple[str, ...] = ()  # latest tool error messages, "" after a success
     failed_attempts: int = 0
     no_progress_step: int | None = None  # step at which no progress was detected
+    truncated_turns: int = 0  # model turns running cut at the output length limit
     task_id: str | None = None
     result: dict[str, Any] | None = None
     last_seq: int = 0
@@ -176,6 +177,7 @@ class RunState:
             "recent_errors": list(self.recent_errors),
             "failed_attempts": self.failed_attempts,
             "no_progress_step": self.no_progress_step,
+            "truncated_turns": self.truncated_turns,
             "task_id": self.task_id,
             "result": self.result,
             "last_seq": self.last_seq,
@@ -212,6 +214,7 @@ class RunState:
             recent_errors=tuple(d.get("recent_errors", ())),
             failed_attempts=int(d.get("failed_attempts", 0)),
             no_progress_step=d.get("no_progress_step"),
+            truncated_turns=int(d.get("truncated_turns", 0)),
             task_id=d.get("task_id"),
             result=d.get("result"),
             last_seq=int(d.get("last_seq", 0)),
@@ -272,17 +275,34 @@ def _status_changed(s: RunState, d: dict[str, Any]) -> RunState:
 
 
 def _model_responded(s: RunState, d: dict[str, Any]) -> RunState:
-    usage = d.get("usage") or {}
-    tokens = int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0))
-    calls = tuple(
-        {"id": c["id"], "name": c["name"], "arguments": c["arguments"]}
-        for c in d.get("tool_calls", ())
+    """A turn: its usage by kind, and its calls to run — none when the turn was cut at
+    the length limit (they are incomplete) or refused. Consecutive cut turns are
+    counted here, so a resumed run counts them exactly as the original process did."""
+    finish = d.get("finish_reason")
+    calls = (
+        tuple(
+            {"id": c["id"], "name": c["name"], "arguments": c["arguments"]}
+            for c in d.get("tool_calls", ())
+        )
+        if calls_run(finish)
+        else ()
     )
     return _evolve(
         s,
-        usage=s.usage.add(steps=1, tokens=tokens, cost=float(d.get("cost", 0.0))),
+        usage=s.usage.add_turn(d.get("usage") or {}, float(d.get("cost", 0.0))),
         turn_calls=calls,
+        truncated_turns=s.truncated_turns + 1 if finish == "length" else 0,
     )
+
+
+UNRUN_FINISH_REASONS = frozenset({"length", "content_filter", "refusal"})
+
+
+def calls_run(finish_reason: str | None) -> bool:
+    """Whether the tool calls of a turn that ended with ``finish_reason`` are run: not
+    when it was cut at the length limit (their arguments are incomplete) or refused.
+    A log written before finish reasons were recorded has none: its calls run."""
+    return finish_reason not in UNRUN_FINISH_REASONS
 
 
 def _answered(s: RunState, call_id: str | None) -> tuple[dict[str, Any], ...]:
@@ -537,4 +557,4 @@ _APPLY = {
     EventType.POLICY_CHANGED: _policy_changed,
 }
 
-__all__ = ["RunState", "call_signature", "transition"]
+__all__ = ["UNRUN_FINISH_REASONS", "RunState", "call_signature", "calls_run", "transition"]

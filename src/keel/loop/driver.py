@@ -36,8 +36,7 @@ from keel.core.errors import (
 from keel.core.events import Event, EventType, NewEvent
 from keel.core.guard import PathGuard
 from keel.core.redact import Redactor, SecretSource
-from keel.core.state import RunState, transition
-from keel.core.status import RunStatus
+from keel.core.state import RunState
 from keel.core.text import has_lone_surrogate, valid_data
 from keel.loop.actions import (
     CallModel,
@@ -60,14 +59,17 @@ from keel.loop.outcomes import (
     call_finished,
     call_started,
     loose_arguments,
+    model_failed,
     reconciled_event,
+    replay_safe,
     replayed_records,
+    retry_event,
 )
 from keel.loop.prepare import build_messages
 from keel.loop.transcript import Transcript, recent_transcript
 from keel.loop.turns import valid_turn
 from keel.loop.verification import check_workspace
-from keel.models.base import Model, ModelRequest, RetryNotice, ToolCall, ToolSpec
+from keel.models.base import Model, ModelRequest, RetryNotice, StreamDelta, ToolCall, ToolSpec
 from keel.sandbox import orphans
 from keel.sandbox.base import Sandbox, SandboxSettings
 from keel.store.base import Store
@@ -82,6 +84,7 @@ MAX_EVENT_OUTPUT = 64_000  # characters of a tool's output kept inline in its ev
 VERIFIER_TIMEOUT_S = 900.0
 
 EventSink = Callable[[Event, RunState], None]
+DeltaSink = Callable[[StreamDelta], None]
 
 
 @dataclass(slots=True, kw_only=True)
@@ -115,6 +118,7 @@ class Driver:
     guard: PathGuard = field(default_factory=PathGuard)
     settings: SandboxSettings = field(default_factory=SandboxSettings)
     secrets: SecretSource | None = None  # None: only the environment's secrets are known
+    on_delta: DeltaSink | None = None  # a streaming model's pieces, for watching; never stored
     transcript: Transcript = field(init=False)
     workspace: Path = field(init=False)
     _catalog: RegistryCatalog = field(init=False)
@@ -290,21 +294,13 @@ class Driver:
             tools=self._specs,
             step=action.step,
             on_retry=self._record_retry,
+            on_delta=self.on_delta,
         )
         started = time.monotonic()
         try:
             turn = self.model.complete(request)
         except ModelError as exc:
-            self.commit(
-                [
-                    transition(
-                        self.state,
-                        RunStatus.FAILED,
-                        f"model_error: {exc}",
-                        result={"unfinished": self.state.unfinished_todos()},
-                    )
-                ]
-            )
+            self.commit([model_failed(self.state, exc)])
             return
         elapsed = time.monotonic() - started
         fault_point("mid_model_step")
@@ -318,11 +314,9 @@ class Driver:
             },
         )
         self._learn_written_secrets(valid.tool_calls)
-        reads_only = bool(valid.tool_calls) and all(
-            self._is_read(call.name) for call in valid.tool_calls
-        )
         self.commit(
-            [requested, *after_model(self.state, turn, elapsed_s=elapsed)], defer=reads_only
+            [requested, *after_model(self.state, turn, elapsed_s=elapsed)],
+            defer=replay_safe(valid, self._is_read),
         )
 
     def _learn_written_secrets(self, calls: Sequence[ToolCall]) -> None:
@@ -341,19 +335,7 @@ class Driver:
                 self.redactor = self.secrets.learn(self.redactor, path, text)
 
     def _record_retry(self, notice: RetryNotice) -> None:
-        self.commit(
-            [
-                NewEvent(
-                    type=EventType.RETRY_SCHEDULED,
-                    data={
-                        "attempt": notice.attempt,
-                        "wait_seconds": notice.wait_seconds,
-                        "error": notice.error,
-                        "status_code": notice.status_code,
-                    },
-                )
-            ]
-        )
+        self.commit([retry_event(notice)])
 
     # --- tools ---------------------------------------------------------------------------
 

@@ -1,37 +1,55 @@
 """Turning what I/O produced into events (pure): a model turn, a tool call, a verification.
 
 ``after_model`` records a turn and what it implies (a final answer asks for
-completion); ``call_started``/``call_finished``/``call_failed`` record a tool
-call; ``after_verification`` grants completion only on evidence. The small
-builders here are shared with ``keel.loop.decide``.
+completion; a turn cut at the length limit a note, or the run's end; a refusal the
+run's end); ``model_failed`` and ``retry_event`` record a model that could not
+answer; ``call_started``/``call_finished``/``call_failed`` record a tool call;
+``after_verification`` grants completion only on evidence. The small builders here
+are shared with ``keel.loop.decide``.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from keel.core.errors import ModelError
 from keel.core.events import EventType, NewEvent
 from keel.core.records import ValidationRecord
-from keel.core.state import RunState, transition
+from keel.core.state import RunState, calls_run, transition
 from keel.core.status import RunStatus
 from keel.core.text import MAX_DEPTH
 from keel.loop.actions import RunTool
 from keel.loop.turns import valid_turn
-from keel.models.base import ModelTurn
+from keel.models.base import ModelTurn, RetryNotice
+
+MAX_TRUNCATION_NOTES = 2  # cut turns running the model is told about; the next fails the run
+TRUNCATED_REASON = "model_output_truncated"
+REFUSED_PREFIX = "provider_refused"
+TRUNCATION_NOTE = (
+    "Your last reply was cut off at the output length limit{calls}. Continue from where it "
+    "stopped, or shorten your replies: take smaller steps, and write large files in parts "
+    "(a smaller write_file, then edit_file) instead of all at once. This happened {count} "
+    "time(s) running; {fail_at} times running end the run."
+)
 
 
 def after_model(state: RunState, turn: ModelTurn, *, elapsed_s: float) -> tuple[NewEvent, ...]:
     """The events that record a model turn: the turn itself, and what it implies.
 
     The turn is made valid first (``keel.loop.turns``); what that changed is listed
-    in the event's ``sanitized``.
+    in the event's ``sanitized``. Its finish reason decides what follows: a turn cut
+    at the length limit is never final and its calls never run (the fold drops them):
+    the model is told, at most ``MAX_TRUNCATION_NOTES`` times running, and the next cut
+    turn fails the run ``model_output_truncated``. A refused turn (``content_filter``,
+    ``refusal``) fails the run ``provider_refused:<reason>``, never asked again.
     """
     turn, fixes = valid_turn(turn)
     calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in turn.tool_calls]
+    refused = refusal_of(turn)
     responded = NewEvent(
         type=EventType.MODEL_RESPONDED,
         data={
@@ -40,15 +58,23 @@ def after_model(state: RunState, turn: ModelTurn, *, elapsed_s: float) -> tuple[
             "content": turn.content,
             "reasoning": turn.reasoning,
             "tool_calls": calls,
-            "usage": {
-                "input_tokens": turn.usage.input_tokens,
-                "output_tokens": turn.usage.output_tokens,
-            },
+            "usage": turn.usage.to_dict(),
             "cost": turn.cost,
+            "finish_reason": turn.finish_reason,
+            **(
+                {"provider_finish_reason": turn.provider_finish_reason}
+                if turn.provider_finish_reason is not None
+                else {}
+            ),
+            **({"refusal": turn.refusal} if turn.refusal is not None else {}),
             "elapsed_s": elapsed_s,
             **({"sanitized": fixes} if fixes else {}),
         },
     )
+    if refused is not None:
+        return (responded, _refused(state, turn, refused))
+    if turn.finish_reason == "length":
+        return (responded, _truncated(state, len(calls)))
     if calls:
         return (responded,)
     if turn.content and turn.content.strip():
@@ -65,6 +91,85 @@ def after_model(state: RunState, turn: ModelTurn, *, elapsed_s: float) -> tuple[
     return (
         responded,
         note_event("Your last reply was empty. Call a tool, or give your final answer."),
+    )
+
+
+def model_failed(state: RunState, exc: ModelError) -> NewEvent:
+    """The run's end when the model could not answer. The reason's first word says what
+    to do: ``model_error``, ``out_of_credit`` (add credit), ``context_overflow`` (the
+    conversation is too long), ``authentication`` (check the key)."""
+    return transition(
+        state,
+        RunStatus.FAILED,
+        f"{exc.reason}: {exc}",
+        result={"unfinished": state.unfinished_todos()},
+    )
+
+
+def retry_event(notice: RetryNotice) -> NewEvent:
+    """``retry_scheduled``: an attempt failed transiently, the next comes after the wait."""
+    return NewEvent(
+        type=EventType.RETRY_SCHEDULED,
+        data={
+            "attempt": notice.attempt,
+            "wait_seconds": notice.wait_seconds,
+            "error": notice.error,
+            "status_code": notice.status_code,
+        },
+    )
+
+
+def replay_safe(turn: ModelTurn, is_read: Callable[[str], bool]) -> bool:
+    """Whether recording ``turn`` may wait for the next durable commit: only when its
+    calls all run and only read, so losing it to a crash just asks the model again."""
+    return (
+        calls_run(turn.finish_reason)
+        and bool(turn.tool_calls)
+        and all(is_read(call.name) for call in turn.tool_calls)
+    )
+
+
+def refusal_of(turn: ModelTurn) -> str | None:
+    """``content_filter`` or ``refusal`` when the provider declined the turn, else None.
+
+    A refusal text with an ordinary finish reason (OpenAI sends ``message.refusal`` with
+    ``stop``) is a refusal too."""
+    if turn.finish_reason in ("content_filter", "refusal"):
+        return turn.finish_reason
+    if turn.refusal and turn.refusal.strip():
+        return "refusal"
+    return None
+
+
+def _refused(state: RunState, turn: ModelTurn, reason: str) -> NewEvent:
+    result: dict[str, Any] = {"unfinished": state.unfinished_todos()}
+    if turn.refusal:
+        result["refusal"] = turn.refusal
+    if turn.provider_finish_reason:
+        result["provider_finish_reason"] = turn.provider_finish_reason
+    return transition(state, RunStatus.FAILED, f"{REFUSED_PREFIX}:{reason}", result=result)
+
+
+def _truncated(state: RunState, calls: int) -> NewEvent:
+    """The note after a cut turn, or the run's failure once the model was told enough."""
+    count = state.truncated_turns + 1
+    if count > MAX_TRUNCATION_NOTES:
+        return transition(
+            state,
+            RunStatus.FAILED,
+            TRUNCATED_REASON,
+            result={
+                "unfinished": state.unfinished_todos(),
+                "truncated_turns": count,
+                "detail": (
+                    f"the model's reply was cut at the output length limit {count} times "
+                    "running; no call of those turns was run"
+                ),
+            },
+        )
+    unrun = f", so its {calls} tool call(s) were incomplete and none of them ran" if calls else ""
+    return note_event(
+        TRUNCATION_NOTE.format(calls=unrun, count=count, fail_at=MAX_TRUNCATION_NOTES + 1)
     )
 
 

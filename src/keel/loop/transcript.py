@@ -15,7 +15,7 @@ from itertools import islice
 from typing import Any
 
 from keel.core.events import Event, EventType
-from keel.core.state import RunState
+from keel.core.state import RunState, calls_run
 from keel.models.base import Message, ToolCall
 from keel.store.base import Store
 
@@ -59,11 +59,7 @@ class Transcript:
 
 def _message_for(kind: EventType, d: dict[str, Any]) -> Message | None:
     if kind is EventType.MODEL_RESPONDED:
-        calls = tuple(
-            ToolCall(id=c["id"], name=c["name"], arguments=_as_text(c["arguments"]))
-            for c in d.get("tool_calls", ())
-        )
-        return Message(role="assistant", content=d.get("content"), tool_calls=calls)
+        return _assistant(d)
     if kind is EventType.TOOL_FINISHED:
         return Message(
             role="tool", tool_call_id=d["call_id"], content=_clip(str(d.get("output", "")))
@@ -78,6 +74,34 @@ def _message_for(kind: EventType, d: dict[str, Any]) -> Message | None:
     if kind is EventType.NOTE_ADDED:
         return Message(role="user", content=f"[harness] {d.get('text', '')}")
     return None
+
+
+def _assistant(d: dict[str, Any]) -> Message:
+    """A turn as the model sees it again, with its reasoning (the provider profile decides
+    whether that is sent). A turn whose calls were not run (cut at the length limit, or
+    refused) is shown without them — an unanswered call is invalid on the wire — and
+    its content says so."""
+    calls = tuple(
+        ToolCall(id=c["id"], name=c["name"], arguments=_as_text(c["arguments"]))
+        for c in d.get("tool_calls", ())
+    )
+    finish = d.get("finish_reason")
+    if calls_run(finish):
+        return Message(
+            role="assistant",
+            content=d.get("content"),
+            tool_calls=calls,
+            reasoning=d.get("reasoning"),
+        )
+    content = d.get("content") or ""
+    why = "was cut at the output length limit" if finish == "length" else f"ended: {finish}"
+    unrun = f"; its {len(calls)} unfinished tool call(s) were not run" if calls else ""
+    marker = f"[this reply {why}{unrun}]"
+    return Message(
+        role="assistant",
+        content=f"{content}\n{marker}" if content else marker,
+        reasoning=d.get("reasoning"),
+    )
 
 
 def _as_text(arguments: Any) -> str:

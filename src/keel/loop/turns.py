@@ -2,10 +2,12 @@
 
 What a provider sends is untrusted text: a lone surrogate (``"\\ud800"`` in its JSON,
 in the content, the reasoning, a tool's name or inside a call's argument text), an
-empty or repeated call id. ``valid_turn`` replaces each lone surrogate with U+FFFD —
-inside the argument text too, where JSON spells it as an escape — gives every call a
-distinct id, and lists what it changed, so ``model_responded`` records both the
-valid turn and the fact that it was changed (``sanitized``). Pure: no I/O.
+empty or repeated call id, a finish reason no profile normalised. ``valid_turn``
+replaces each lone surrogate with U+FFFD — inside the argument text too, where JSON
+spells it as an escape — gives every call a distinct id, records an unknown finish
+reason as the provider's own word and treats it as ``stop``, and lists what it
+changed, so ``model_responded`` records both the valid turn and the fact that it was
+changed (``sanitized``). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -13,12 +15,13 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import replace
-from typing import Any
+from typing import Any, get_args
 
 from keel.core.text import valid_data, valid_text
-from keel.models.base import ModelTurn, ToolCall
+from keel.models.base import FinishReason, ModelTurn, ToolCall
 
 _ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+FINISH_REASONS: frozenset[str] = frozenset(get_args(FinishReason))
 
 
 def valid_turn(turn: ModelTurn) -> tuple[ModelTurn, list[str]]:
@@ -26,6 +29,13 @@ def valid_turn(turn: ModelTurn) -> tuple[ModelTurn, list[str]]:
     fixes: list[str] = []
     content = _fixed(turn.content, "content", fixes)
     reasoning = _fixed(turn.reasoning, "reasoning", fixes)
+    refusal = _fixed(turn.refusal, "refusal", fixes)
+    provider_finish = _fixed(turn.provider_finish_reason, "provider_finish_reason", fixes)
+    finish: Any = turn.finish_reason
+    if finish not in FINISH_REASONS:
+        fixes.append(f"finish_reason: {finish!r} is not a known reason; treated as 'stop'")
+        provider_finish = provider_finish or _fixed(str(finish), "finish_reason", fixes)
+        finish = "stop"
     model = _fixed(turn.model, "model", fixes) or ""
     calls: list[ToolCall] = []
     seen: set[str] = set()
@@ -48,6 +58,9 @@ def valid_turn(turn: ModelTurn) -> tuple[ModelTurn, list[str]]:
         reasoning=reasoning,
         model=model,
         tool_calls=tuple(calls),
+        refusal=refusal,
+        provider_finish_reason=provider_finish,
+        finish_reason=finish,
     )
     return valid, fixes
 

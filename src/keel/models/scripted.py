@@ -5,11 +5,21 @@ Script format (SPEC.md, "Models")::
     [{"tool_calls": [{"name": "read_file", "arguments": {"path": "package.json"}}]},
      {"content": "done"}]
 
-A turn may have ``content``, ``tool_calls``, ``reasoning``, ``usage``
-(``{"input_tokens": N, "output_tokens": M}``) and ``cost`` (USD: a finite number, 0 or
-more; ``NaN`` and ``Infinity``, which JSON scripts can spell, are refused). A tool call's
-``arguments`` is a JSON value (serialised to text) or a string passed verbatim, so a
-test can feed malformed JSON; its ``id`` defaults to ``call_<step>_<index>``.
+A turn may have ``content``, ``tool_calls``, ``reasoning``, ``usage``, ``cost`` (USD: a
+finite number, 0 or more; ``NaN`` and ``Infinity``, which JSON scripts can spell, are
+refused) and what a provider says of how the turn ended:
+
+- ``usage``: ``{"input_tokens": N, "output_tokens": M, "cached_input_tokens": C,
+  "reasoning_tokens": R}``, each a whole number (0 when left out); the cached input is
+  part of the input (C <= N) and the reasoning part of the output (R <= M);
+- ``finish_reason``: ``stop`` (default), ``tool_calls``, ``length`` (cut at the output
+  limit: not final, its calls are not run), ``content_filter`` or ``refusal``;
+- ``provider_finish_reason``: the provider's own word (e.g. an unknown reason the
+  adapter treated as ``stop``), and ``refusal``: the provider's refusal text.
+
+A tool call's ``arguments`` is a JSON value (serialised to text) or a string passed
+verbatim, so a test can feed malformed JSON; its ``id`` defaults to
+``call_<step>_<index>``.
 
 The model plays turn ``request.step`` and keeps no position of its own: a resumed run,
 which starts at the step it stopped at, continues the script where it left off.
@@ -21,13 +31,26 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast, get_args
 
 from keel.core.budget import MAX_COUNT
 from keel.core.errors import ConfigError, ModelError
-from keel.models.base import ModelRequest, ModelTurn, TokenUsage, ToolCall
+from keel.models.base import FinishReason, ModelRequest, ModelTurn, TokenUsage, ToolCall
 
-_TURN_KEYS = frozenset({"content", "tool_calls", "reasoning", "usage", "cost"})
+_TURN_KEYS = frozenset(
+    {
+        "content",
+        "tool_calls",
+        "reasoning",
+        "usage",
+        "cost",
+        "finish_reason",
+        "provider_finish_reason",
+        "refusal",
+    }
+)
+_USAGE_KEYS = ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens")
+_FINISH_REASONS: tuple[str, ...] = get_args(FinishReason)
 _CALL_KEYS = frozenset({"name", "arguments", "id"})
 
 
@@ -100,9 +123,22 @@ def _parse_turn(spec: str, index: int, raw: Any) -> ModelTurn:
         )
     content = raw.get("content")
     reasoning = raw.get("reasoning")
-    for key, value in (("content", content), ("reasoning", reasoning)):
+    provider_finish = raw.get("provider_finish_reason")
+    refusal = raw.get("refusal")
+    for key, value in (
+        ("content", content),
+        ("reasoning", reasoning),
+        ("provider_finish_reason", provider_finish),
+        ("refusal", refusal),
+    ):
         if value is not None and not isinstance(value, str):
             raise ConfigError(f"{where}: {key} must be a string, got {_kind(value)}")
+    finish = raw.get("finish_reason", "stop")
+    if finish not in _FINISH_REASONS:
+        raise ConfigError(
+            f"{where}: finish_reason must be one of {', '.join(_FINISH_REASONS)}, "
+            f"got {_shown(finish)}"
+        )
     raw_calls = raw.get("tool_calls", [])
     if not isinstance(raw_calls, list):
         raise ConfigError(f"{where}: tool_calls must be a list, got {_kind(raw_calls)}")
@@ -119,6 +155,9 @@ def _parse_turn(spec: str, index: int, raw: Any) -> ModelTurn:
         cost=float(cost),
         model=spec,
         reasoning=reasoning,
+        finish_reason=cast(FinishReason, finish),
+        provider_finish_reason=provider_finish,
+        refusal=refusal,
     )
 
 
@@ -143,16 +182,21 @@ def _parse_call(where: str, step: int, index: int, raw: Any) -> ToolCall:
 def _parse_usage(where: str, raw: Any) -> TokenUsage:
     if raw is None:
         return TokenUsage(input_tokens=0, output_tokens=0)
-    if not isinstance(raw, Mapping) or set(raw) - {"input_tokens", "output_tokens"}:
-        raise ConfigError(f"{where}: usage must be {{'input_tokens': N, 'output_tokens': M}}")
-    counts = [raw.get("input_tokens", 0), raw.get("output_tokens", 0)]
+    if not isinstance(raw, Mapping) or set(raw) - set(_USAGE_KEYS):
+        raise ConfigError(f"{where}: usage must be an object with some of {', '.join(_USAGE_KEYS)}")
+    counts = {key: raw.get(key, 0) for key in _USAGE_KEYS}
     if any(
-        isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_COUNT for n in counts
+        isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_COUNT
+        for n in counts.values()
     ):
         raise ConfigError(
             f"{where}: usage token counts must be whole numbers from 0 to {MAX_COUNT}"
         )
-    return TokenUsage(input_tokens=counts[0], output_tokens=counts[1])
+    if counts["cached_input_tokens"] > counts["input_tokens"]:
+        raise ConfigError(f"{where}: usage cached_input_tokens is part of input_tokens: <= it")
+    if counts["reasoning_tokens"] > counts["output_tokens"]:
+        raise ConfigError(f"{where}: usage reasoning_tokens is part of output_tokens: <= it")
+    return TokenUsage(**counts)
 
 
 def _finite_non_negative(value: Any) -> bool:

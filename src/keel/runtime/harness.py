@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,8 +21,9 @@ from keel.core.events import Event
 from keel.core.records import RunOptions
 from keel.core.state import RunState
 from keel.core.status import RunStatus
-from keel.loop.driver import Driver, EventSink, LeaseGuard
-from keel.models.base import Model
+from keel.loop.driver import DeltaSink, Driver, EventSink, LeaseGuard
+from keel.models.base import Model, price_known
+from keel.models.connections import close_shared_clients
 from keel.models.resolve import resolve_model
 from keel.policy.modes import parse_mode
 from keel.policy.rules import Policy
@@ -43,6 +45,10 @@ from keel.tools.registry import ToolRegistry
 
 DEFAULT_LEASE_TTL = 30.0
 LEASE_TTL_VARIABLE = "KEEL_LEASE_TTL"  # seconds; a short lease lets a crashed run be taken sooner
+# Providers whose models are stateless (one shared HTTP client each): resolved once per
+# (spec, working directory) and process. A scripted or replayed model keeps per-run state
+# (what it was asked), so it is made afresh for every run.
+SHARED_MODEL_PROVIDERS = frozenset({"deepseek", "openai"})
 
 EXIT_CODES = {
     RunStatus.COMPLETED: 0,
@@ -101,6 +107,8 @@ class Harness:
         self.lease_ttl = lease_ttl if lease_ttl is not None else lease_ttl_from_environment()
         claim_lease_for(self.lease_ttl)  # a bad KEEL_TASK_LEASE stops here, before any run
         self.on_event = on_event
+        self._models: dict[tuple[str, str], Model] = {}
+        self._models_lock = threading.Lock()
 
     # --- starting ------------------------------------------------------------------------
 
@@ -122,6 +130,7 @@ class Harness:
         parent_id: str | None = None,
         task_id: str | None = None,
         sandbox: str | None = None,
+        record: str | Path | None = None,
     ) -> RunState:
         """Record a new run (``queued`` for a worker, else ready to execute here).
 
@@ -131,11 +140,16 @@ class Harness:
         ``approval_timeout`` (seconds a request may wait) and ``grant_ttl`` (seconds a
         grant stays usable) override ``[approvals]`` of that file (default 24 h each).
         Budgets and times out of range (not positive, not finite) are a ConfigError
-        naming the argument, raised before anything is stored.
+        naming the argument, raised before anything is stored; so is a cost budget
+        (``max_cost``) with a model Keel has no price for, and ``record`` (a cassette
+        file, written by ``execute``) for a ``queued`` run: recording happens in the
+        process that talks to the model.
         """
         check_budget(budget or Budget())
         check_seconds("approval_timeout", approval_timeout)
         check_seconds("grant_ttl", grant_ttl)
+        if record is not None:
+            check_record(record, queued=queued)
         if not goal.strip():
             raise ConfigError("the task is empty: say what the run should achieve")
         workspace = Path(cwd).resolve()
@@ -158,12 +172,7 @@ class Harness:
         if not queued:
             open_sandbox(confinement)  # `required` without bubblewrap stops here
         spec = self._model_spec(model)
-        if not queued and (self._model is None or isinstance(self._model, str)):
-            # Refuse a run this process cannot drive (no model, missing API key)
-            # before anything is written; a queued run is checked by its worker.
-            if not spec:
-                raise ConfigError("no model for this run: pass --model SPEC or set KEEL_MODEL")
-            resolve_model(spec, cwd=Path.cwd())
+        self._check_model(spec, budget or Budget(), queued=queued)
         options = RunOptions(
             model=spec,
             mode=mode,
@@ -185,13 +194,30 @@ class Harness:
             queued=queued,
         )
 
-    def run(self, goal: str, **options: Any) -> RunOutcome:
-        """Create a run and drive it until it completes, fails, or waits for a person."""
-        state = self.create(goal, **options)
-        return self.execute(state.run_id)
+    def run(
+        self,
+        goal: str,
+        *,
+        on_delta: DeltaSink | None = None,
+        record: str | Path | None = None,
+        **options: Any,
+    ) -> RunOutcome:
+        """Create a run and drive it until it completes, fails, or waits for a person.
+
+        ``on_delta`` sees a streaming model's text as it arrives (never stored);
+        ``record`` writes every model exchange of this process to a cassette file.
+        """
+        state = self.create(goal, record=record, **options)
+        return self.execute(state.run_id, on_delta=on_delta, record=record)
 
     def resume(
-        self, run_id: str, *, wait: float | None = 0.0, on_wait: WaitListener | None = None
+        self,
+        run_id: str,
+        *,
+        wait: float | None = 0.0,
+        on_wait: WaitListener | None = None,
+        on_delta: DeltaSink | None = None,
+        record: str | Path | None = None,
     ) -> RunOutcome:
         """Continue a run from the store alone (in this or any other process).
 
@@ -199,7 +225,7 @@ class Harness:
         process holds is waited for up to ``wait`` seconds (None: until it lapses),
         ``on_wait`` told as it goes; past that, ``LeaseHeld``.
         """
-        return self.execute(run_id, wait=wait, on_wait=on_wait)
+        return self.execute(run_id, wait=wait, on_wait=on_wait, on_delta=on_delta, record=record)
 
     def execute(
         self,
@@ -209,6 +235,8 @@ class Harness:
         should_stop: Callable[[], bool] | None = None,
         wait: float | None = 0.0,
         on_wait: WaitListener | None = None,
+        on_delta: DeltaSink | None = None,
+        record: str | Path | None = None,
     ) -> RunOutcome:
         """Drive ``run_id`` under its lease; ``LeaseHeld`` if another process has it
         (after waiting up to ``wait`` seconds for it, as ``resume`` does).
@@ -216,12 +244,19 @@ class Harness:
         ``should_stop`` is asked between steps: when it says yes the run is left
         resumable (its lease released) instead of being driven further. A resumed run
         first records what changed while it was stopped (``keel.runtime.resume``); a
-        policy file that became invalid refuses the resume before anything is written.
+        policy file that became invalid refuses the resume before anything is written;
+        so does a cost budget the model cannot be priced for (ConfigError). ``on_delta``
+        and ``record`` are as for ``run``.
         """
         state = self.store.load_run(run_id)
         if state.status.terminal:
             return RunOutcome(state=state)
         model = self._model_for(state)
+        check_priced(model, state.options.budget)
+        redaction = _RunRedaction()
+        if record is not None:  # a cassette of another model is refused before the lease
+            check_record(record, queued=False)
+            model = _recording(model, Path(record), redaction)
         containment = self.containment(state)  # `required` without bubblewrap stops here
         claims = RunTaskClaims.for_run(self.store, run_id, heartbeat_ttl=self.lease_ttl)
         policy = read_policy_again(state) if state.last_seq > 1 else None
@@ -264,7 +299,9 @@ class Harness:
             settings=containment.settings,
             redactor=secrets.load(),
             secrets=secrets,
+            on_delta=on_delta,
         )
+        redaction.driver = driver
         try:
             with heartbeat:
                 holder = held.holder or this_holder()
@@ -316,7 +353,12 @@ class Harness:
                 yield event
 
     def close(self) -> None:
-        self.store.close()
+        """Close the store and the process's shared model connections (a later model call
+        opens them again)."""
+        try:
+            self.store.close()
+        finally:
+            close_shared_clients()
 
     def __enter__(self) -> Harness:
         return self
@@ -334,13 +376,92 @@ class Harness:
         spec = self._model or os.environ.get("KEEL_MODEL")
         return _absolute_scripted(spec) if spec else None
 
+    def _check_model(self, spec: str | None, budget: Budget, *, queued: bool) -> None:
+        """Refuse, before anything is written, a run this process cannot drive (no model,
+        a missing API key) or whose cost budget cannot be priced.
+
+        A queued run is driven by a worker: its model is only checked for a price when
+        it resolves here (the worker checks the rest)."""
+        if self._model is not None and not isinstance(self._model, str):
+            check_priced(self._model, budget)
+            return
+        if queued:
+            if spec and budget.max_cost is not None:
+                try:
+                    model = self._resolve(spec)
+                except ConfigError:
+                    return
+                check_priced(model, budget)
+            return
+        if not spec:
+            raise ConfigError("no model for this run: pass --model SPEC or set KEEL_MODEL")
+        check_priced(self._resolve(spec), budget)
+
     def _model_for(self, state: RunState) -> Model:
         if self._model is not None and not isinstance(self._model, str):
             return self._model
         spec = state.options.model
         if not spec:
             raise ConfigError("no model for this run: pass --model SPEC or set KEEL_MODEL")
-        return resolve_model(spec, cwd=Path.cwd())
+        return self._resolve(spec)
+
+    def _resolve(self, spec: str) -> Model:
+        """The model ``spec`` names; a stateless provider model is made once per process
+        and working directory, and shared by every run (and worker slot) after."""
+        cwd = Path.cwd()
+        if spec.partition(":")[0].strip() not in SHARED_MODEL_PROVIDERS:
+            return resolve_model(spec, cwd=cwd)
+        key = (spec, str(cwd))
+        with self._models_lock:
+            model = self._models.get(key)
+            if model is None:
+                model = self._models[key] = resolve_model(spec, cwd=cwd)
+        return model
+
+
+def check_priced(model: Model, budget: Budget) -> None:
+    """ConfigError when ``budget`` limits cost but ``model``'s turns would cost 0 for want
+    of a price: the limit would never bite. The message names the table to add."""
+    if budget.max_cost is None or price_known(model):
+        return
+    raise ConfigError(
+        f"a cost budget (--max-cost, max_cost) needs a price for {model.spec}, and Keel "
+        f'has none: add [prices."{model.spec}"] with input_per_mtok and output_per_mtok '
+        f"(USD per million tokens) to .keel/config.toml in {Path.cwd()}, or drop the cost "
+        "budget"
+    )
+
+
+def check_record(record: str | Path, *, queued: bool) -> None:
+    """ConfigError unless a cassette can be written at ``record`` by this process."""
+    if queued:
+        raise ConfigError(
+            "--record cannot be used with --detach: recording happens in the process "
+            "that talks to the model; run without --detach to record"
+        )
+    path = Path(record)
+    if path.is_dir():
+        raise ConfigError(f"--record {path}: is a directory; give a file name")
+
+
+class _RunRedaction:
+    """The run's redactor as it is at each call: the driver learns secrets as it goes
+    (a written .env), and a cassette must not keep what the log does not."""
+
+    def __init__(self) -> None:
+        self.driver: Driver | None = None
+
+    def __call__(self, text: str) -> str:
+        if self.driver is None:
+            return text
+        return self.driver.redactor.scrub_text(text)
+
+
+def _recording(model: Model, path: Path, redact: Callable[[str], str]) -> Model:
+    """``model`` writing every exchange to the cassette at ``path``."""
+    from keel.models.cassette import RecordingModel  # noqa: PLC0415 - only when recording
+
+    return RecordingModel(model, path, redact=redact)
 
 
 def lease_ttl_from_environment() -> float:

@@ -8,6 +8,10 @@ model call never lets a lease lapse; a slot whose lease was lost stops its run
 at the next step. ``stop()`` (SIGTERM) lets every slot finish its current step,
 releases its leases and returns.
 
+Models are resolved once per spec and working directory by the harness, and their HTTP
+clients are shared by every slot (``keel.models.connections``): a run costs no new
+client, and a worker's connections stay warm across runs.
+
 Task ↔ run: the run records its task (``task_id`` in ``run_created``), the task
 records its run (``link_task_run``). A task whose run is waiting for a person is
 handed back (``release_task``); once the person answered, the run is picked up
@@ -170,7 +174,13 @@ class Worker:
             task_lease, ttl=self.harness.lease_ttl, renew=renew, on_lost=lambda _: lost.set()
         )
         with heartbeat:
-            run_id = self._run_for(task, token)
+            try:
+                run_id = self._run_for(task, token)
+            except ConfigError as exc:
+                # No run can be made for it here (no model, a cost budget without a
+                # price): left claimed, the task would be claimed again, forever.
+                self._fail_uncreatable(task, token, f"config_error: {exc}")
+                return
             if run_id is None:
                 return
             try:
@@ -221,6 +231,12 @@ class Worker:
         if lease is not None:
             self.store.release_run_lease(lease)
         return state
+
+    def _fail_uncreatable(self, task: Task, token: str, reason: str) -> None:
+        self._note_error(f"task {task.id}: {reason}")
+        self.store.fail_task(task.id, owner=self.owner, token=token, reason=reason)
+        with self._lock:
+            self.stats.tasks_failed += 1
 
     def _run_for(self, task: Task, token: str) -> str | None:
         """The task's run: the linked one (resumed), or a new one inheriting its options."""
