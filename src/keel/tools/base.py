@@ -9,6 +9,8 @@ is the only gate the model's arguments pass through (extra arguments are refused
 
 from __future__ import annotations
 
+import copy
+import functools
 import inspect
 import json
 import re
@@ -259,7 +261,17 @@ def arguments_model(
 
 
 def json_schema_of(model: type[BaseModel]) -> dict[str, Any]:
-    """The model's JSON schema with ``$defs`` inlined and titles dropped (compact, portable)."""
+    """The model's JSON schema with ``$defs`` inlined and titles dropped (compact, portable).
+
+    A fresh copy each call, built from a per-class cache: pydantic's schema generation
+    costs about a millisecond a tool, and every run (every worker slot) offers the same
+    tools, so it is done once per class and process.
+    """
+    return copy.deepcopy(_json_schema_of(model))
+
+
+@functools.cache
+def _json_schema_of(model: type[BaseModel]) -> dict[str, Any]:
     schema = model.model_json_schema()
     defs = schema.pop("$defs", {})
     result: dict[str, Any] = _inline(schema, defs, depth=0)
