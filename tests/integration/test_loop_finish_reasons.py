@@ -22,6 +22,7 @@ from keel.core.status import RunStatus
 from keel.models.resolve import resolve_model
 from keel.runtime.harness import Harness, RunOutcome
 from keel.testing.provider import FakeProvider
+from keel.testing.recorded import load_fixture
 
 CUT_ARGUMENTS = '{"path": "big.py", "content": "def f(x):\\n    return x +'
 
@@ -312,3 +313,48 @@ def test_a_plain_provider_error_keeps_the_model_error_wording(
 
     assert (outcome.stop_reason or "").startswith("model_error: ")
     assert "tools[0].function.name is invalid" in (outcome.stop_reason or "")
+
+
+@pytest.mark.parametrize(
+    ("fixture", "spec", "reason", "says"),
+    [
+        ("deepseek_error_402", "deepseek:deepseek-chat", "out_of_credit: ", "add credit"),
+        ("openai_error_429_insufficient_quota", "openai:gpt-4o-mini", "out_of_credit: ", "quota"),
+        (
+            "azure_error_400_content_filter",
+            "openai:gpt-4o-mini",
+            "provider_refused:content_filter: ",
+            "ResponsibleAIPolicyViolation",
+        ),
+        (
+            "deepseek_error_400_context_length",
+            "deepseek:deepseek-chat",
+            "context_overflow: ",
+            "maximum context length",
+        ),
+        ("openai_error_401_invalid_api_key", "openai:gpt-4o-mini", "authentication: ", "API key"),
+    ],
+)
+def test_a_recorded_provider_refusal_ends_the_run_with_its_own_reason_and_no_retry(
+    make_harness: MakeHarness,
+    provider: FakeProvider,
+    workspace: Path,
+    fixture: str,
+    spec: str,
+    reason: str,
+    says: str,
+) -> None:
+    """Bodies the providers really sent (tests/fixtures/providers): each stops the run at
+    the first answer, with a stop reason a person can act on, and nothing is retried."""
+    provider.raw_fixture(load_fixture(fixture))
+    provider.reply("never asked")
+    harness = make_harness(spec)
+
+    outcome = harness.run("say done", cwd=workspace)
+
+    assert outcome.status is RunStatus.FAILED
+    stop_reason = outcome.stop_reason or ""
+    assert stop_reason.startswith(reason), stop_reason
+    assert says.lower() in stop_reason.lower()
+    assert len(provider.requests) == 1
+    assert of_type(events_of(harness, outcome), EventType.RETRY_SCHEDULED) == []

@@ -54,9 +54,10 @@ def adapter(
     provider: FakeProvider, exchange: RecordedExchange, **overrides: Any
 ) -> OpenAICompatModel:
     profile = profile_of(exchange)
-    settings: dict[str, Any] = {
-        "spec": f"{'deepseek' if profile is DEEPSEEK else 'openai'}:recorded",
-        "model": "recorded",
+    model = str((exchange.request or {}).get("model") or "recorded")  # as recorded: it picks
+    settings: dict[str, Any] = {  # the request rules FakeProvider checks (DeepSeek's or not)
+        "spec": f"{'deepseek' if profile is DEEPSEEK else 'openai'}:{model}",
+        "model": model,
         "base_url": provider.base_url,
         "api_key": "sk-test",
         "profile": profile,
@@ -350,7 +351,7 @@ FAILURES = {
         says=("Provider returned error", "must contain the word 'json'", "OpenAI"),
     ),
     "azure_error_400_content_filter": Failure(
-        reason="model_error",
+        reason="provider_refused:content_filter",
         status=400,
         says=("content management policy", "ResponsibleAIPolicyViolation", '"self_harm"'),
     ),
