@@ -407,7 +407,10 @@ def test_a_request_a_strict_server_refuses_is_listed_in_violations(
 
 
 def test_a_strict_provider_answers_400_and_keeps_its_script() -> None:
-    with FakeProvider(strict=True) as provider, httpx.Client(base_url=provider.base_url) as http:
+    with (
+        FakeProvider(strict=True, allow_violations=True) as provider,
+        httpx.Client(base_url=provider.base_url) as http,
+    ):
         provider.reply("ok")
         messages = [{"role": "tool", "tool_call_id": "call_1", "content": "x"}]
         refused = http.post("/chat/completions", json={"model": "m", "messages": messages})

@@ -97,9 +97,16 @@ class FakeProvider:
     provider whose request rules are checked (``deepseek``, ``openai``, ``compatible``;
     default: ``deepseek`` for a model named so, else ``compatible``); `strict` answers a
     request that breaks one with HTTP 400, as a strict server does, keeping the script.
+
+    Leaving the context raises `AssertionError` listing the broken rules when any request
+    broke one (and the block itself raised nothing), so every test that talks to a
+    FakeProvider checks what Keel sent; a test that sends bad requests on purpose passes
+    ``allow_violations=True`` and inspects `violations` itself.
     """
 
-    def __init__(self, *, rules: str | None = None, strict: bool = False) -> None:
+    def __init__(
+        self, *, rules: str | None = None, strict: bool = False, allow_violations: bool = False
+    ) -> None:
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.peer_ports: list[int] = []
@@ -107,6 +114,7 @@ class FakeProvider:
         self.sent_events: list[SentEvent] = []
         self.rules = rules
         self.strict = strict
+        self.allow_violations = allow_violations
         self._served = 0
         self._connections = 0
         self._open: set[socket.socket] = set()
@@ -161,6 +169,9 @@ class FakeProvider:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+        if exc_type is None and self.violations and not self.allow_violations:
+            listed = "\n".join(f"  request {i}: {problem}" for i, problem in self.violations)
+            raise AssertionError(f"Keel sent requests a strict server would reject:\n{listed}")
 
     @property
     def port(self) -> int:
