@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/tasks.py
 	$(BIN)/python bench/workers.py
 	$(BIN)/python bench/sandbox.py
+	$(BIN)/python bench/models.py
 
 clean:
 	rm -rf $(VENV) .keel .mypy_cache .pytest_cache .ruff_cache
