@@ -13,6 +13,7 @@ from keel.models.stream import (
     StreamAccumulator,
     StreamCut,
     StreamError,
+    body_lines,
     read_events,
 )
 from keel.models.wire import parse_response
@@ -89,6 +90,49 @@ def test_reader_yields_each_event_as_soon_as_its_blank_line_is_read() -> None:
     reader = read_events(lines())
     assert next(reader) == ("message", "one", True)
     assert seen == ["data: one", ""]
+
+
+# --- body bytes to lines ----------------------------------------------------------------------
+
+BODY = 'data: {"a":"é€😀"}\n\ndata: x\r\n\r\n: keep-alive\rdata: y\r\rlast'.encode()
+BODY_LINES = ['data: {"a":"é€😀"}', "", "data: x", "", ": keep-alive", "data: y", "", "last"]
+
+
+def every_split(body: bytes, cuts: int) -> list[list[bytes]]:
+    """`body` cut into chunks at every choice of up to `cuts` positions (empty ones too)."""
+    splits: list[list[bytes]] = [[body]]
+    if cuts >= 1:
+        splits += [[body[:i], body[i:]] for i in range(len(body) + 1)]
+    if cuts >= 2:
+        splits += [
+            [body[:i], body[i:j], body[j:]]
+            for i in range(len(body) + 1)
+            for j in range(i, len(body) + 1)
+        ]
+    return splits
+
+
+def test_body_lines_are_the_same_however_the_chunks_cut_characters_and_breaks() -> None:
+    for chunks in every_split(BODY, 2):
+        assert list(body_lines(chunks)) == BODY_LINES, chunks
+
+
+def test_body_lines_end_only_at_cr_and_lf_not_at_unicode_line_separators() -> None:
+    # JSON may carry U+2028 and U+0085 raw; a text splitter would cut the event in two.
+    line = 'data: {"content":"a\u2028b\u0085c\x1cd"}'
+    assert list(body_lines([line.encode() + b"\n\n"])) == [line, ""]
+
+
+def test_body_lines_replace_bad_bytes_and_use_the_given_encoding() -> None:
+    assert list(body_lines([b"data: a\xffb\n"])) == ["data: a\ufffdb"]
+    assert list(body_lines([b"data: \xe9\n"], "latin-1")) == ["data: é"]
+
+
+def test_body_lines_give_each_line_as_soon_as_its_break_arrives() -> None:
+    reader = body_lines(iter([b"data: one\n", b"\n", b"data: tw", b"o\n"]))
+    assert next(reader) == "data: one"
+    assert next(reader) == ""
+    assert next(reader) == "data: two"
 
 
 # --- folding chunks -------------------------------------------------------------------------

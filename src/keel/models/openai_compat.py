@@ -37,14 +37,14 @@ from __future__ import annotations
 import json
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tenacity import RetryCallState, Retrying, retry_if_exception_type
 
 from keel.core.budget import MAX_COUNT
 from keel.core.errors import ConfigError, ModelError
-from keel.models.base import ModelRequest, ModelTurn, RetryNotice, TokenUsage
+from keel.models.base import ModelRequest, ModelTurn, RetryNotice, TokenUsage, ToolSpec
 from keel.models.connections import shared_client
 from keel.models.pricing import PriceTable
 from keel.models.profiles import ProviderProfile, profile_for
@@ -56,7 +56,7 @@ from keel.models.provider_errors import (
     provider_error_message,
     retry_after_seconds,
 )
-from keel.models.stream import StreamAccumulator, StreamCut, StreamError
+from keel.models.stream import StreamAccumulator, StreamCut, StreamError, body_lines
 from keel.models.wire import ParsedResponse, parse_response, request_body
 
 if TYPE_CHECKING:
@@ -111,6 +111,10 @@ class OpenAICompatModel:
         self.api_key_variable = api_key_variable or self.profile.key_variable
         self._api_key = api_key
         self._jitter = jitter
+        self._url: httpx.URL | None = None  # the endpoint, parsed once (on first use)
+        # The tool list's JSON text and the specs it came from: the same list is offered
+        # every turn (every run of a worker shares it), and it can be half of a request.
+        self._tools_json: tuple[Sequence[ToolSpec], str] | None = None
 
     def __repr__(self) -> str:  # never shows the key
         return (
@@ -128,11 +132,7 @@ class OpenAICompatModel:
         return self.prices.price_of(self.spec) is not None
 
     def complete(self, request: ModelRequest) -> ModelTurn:
-        body = request_body(
-            self.profile, self.model, request.messages, request.tools, stream=self.stream
-        )
-        # Encoded once, sent as is by every attempt (ASCII JSON: the fastest encoder).
-        content = json.dumps(body, separators=(",", ":")).encode("ascii")
+        content = self.request_content(request)
         headers = {"Authorization": f"Bearer {self._api_key}", "Content-Type": "application/json"}
         retrying = Retrying(
             retry=retry_if_exception_type(TransientFailure),
@@ -157,6 +157,26 @@ class OpenAICompatModel:
             ) from exc
         return self._turn(parsed)
 
+    def request_content(self, request: ModelRequest) -> bytes:
+        """The exact bytes POSTed for `request` (every attempt sends the same)."""
+        body = request_body(
+            self.profile, self.model, request.messages, request.tools, stream=self.stream
+        )
+        return self._encode(body, request.tools)
+
+    def _encode(self, body: dict[str, Any], tools: Sequence[ToolSpec]) -> bytes:
+        """`body` as JSON bytes, encoded once and sent as is by every attempt (ASCII
+        JSON: the fastest encoder). The ``tools`` member is encoded once for each
+        specs object `tools` (the same while it is), and goes last."""
+        offered = body.pop("tools", None)
+        text = json.dumps(body, separators=(",", ":"))
+        if offered is None:
+            return text.encode("ascii")
+        known = self._tools_json
+        if known is None or known[0] is not tools:
+            known = self._tools_json = (tools, json.dumps(offered, separators=(",", ":")))
+        return f'{text[:-1]},"tools":{known[1]}}}'.encode("ascii")
+
     # --- one attempt -------------------------------------------------------------------
 
     def _attempt(
@@ -167,8 +187,11 @@ class OpenAICompatModel:
         import httpx  # noqa: PLC0415 - loaded by shared_client on first use
 
         client = shared_client(self.base_url, self.timeout)
+        url = self._url
+        if url is None:
+            url = self._url = httpx.URL(self.endpoint)
         try:
-            with client.stream("POST", self.endpoint, content=content, headers=headers) as response:
+            with client.stream("POST", url, content=content, headers=headers) as response:
                 payload = self._read(response, request, attempt)
         except httpx.TimeoutException as exc:
             raise TransientFailure(
@@ -220,7 +243,7 @@ class OpenAICompatModel:
             accumulator = StreamAccumulator(
                 self.profile.reasoning_fields, on_delta=request.on_delta, attempt=attempt
             )
-            accumulator.feed_lines(response.iter_lines())
+            accumulator.feed_lines(body_lines(response.iter_bytes(), response.encoding or "utf-8"))
             return accumulator.payload()
         response.read()
         try:

@@ -52,6 +52,40 @@ event the body ended in before its blank line (its data may be cut short). A pla
 tuple: one is made per streamed piece, and a named tuple costs twice as much."""
 
 
+def body_lines(chunks: Iterable[bytes], encoding: str = "utf-8") -> Iterator[str]:
+    """The lines of a body arriving as `chunks` of bytes, without their terminators
+    (CR LF, LF or CR, as SSE allows), decoded with bad bytes replaced.
+
+    What ``httpx.Response.iter_lines`` gives, from the bytes directly: one split and
+    one decode per chunk's complete lines, no text decoder between. A line break is
+    ASCII, never part of a multi-byte character, so decoding whole lines is exact
+    however the chunks cut the body; a CR ending one chunk and a LF opening the next
+    are one break. The last line is given even without a break after it.
+    """
+    tail: list[bytes] = []  # the line not ended yet, in pieces (none holds a break)
+    after_cr = False  # the previous chunk ended in CR: a LF opening this one is its pair
+    for piece in chunks:
+        data = piece[1:] if after_cr and piece[:1] == b"\n" else piece
+        if not data:
+            continue
+        last = data[-1]
+        after_cr = last == 13
+        if b"\n" not in data and b"\r" not in data:
+            tail.append(data)
+            continue
+        if tail:
+            tail.append(data)
+            data = b"".join(tail)
+            tail.clear()
+        lines = data.splitlines()  # bytes split at CR, LF and CR LF only
+        if last != 10 and last != 13:  # noqa: PLR1714 - two int compares beat a tuple
+            tail.append(lines.pop())
+        for line in lines:
+            yield line.decode(encoding, "replace")
+    if tail:
+        yield b"".join(tail).decode(encoding, "replace")
+
+
 def read_events(lines: Iterable[str]) -> Iterator[SSEEvent]:
     """The events in `lines`, each yielded as soon as its blank line is read.
 
@@ -422,5 +456,6 @@ __all__ = [
     "StreamAccumulator",
     "StreamCut",
     "StreamError",
+    "body_lines",
     "read_events",
 ]

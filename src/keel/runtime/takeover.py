@@ -66,15 +66,24 @@ WaitListener = Callable[[LeaseWait], None]
 
 
 def this_holder() -> LeaseHolder:
-    """This process, as a run lease records it."""
+    """This process, as a run lease records it: read from /proc once per process (a
+    worker's slots ask at every claim), again in a forked child."""
+    global _this  # noqa: PLW0603 - replaced whole, once per process
     pid = os.getpid()
-    return LeaseHolder(
+    known = _this
+    if known is not None and known.pid == pid:
+        return known
+    known = _this = LeaseHolder(
         host=socket.gethostname(),
         boot_id=orphans.boot_id(),
         pid=pid,
         start_ticks=orphans.running_since(pid),
         pid_ns=_pid_namespace(),
     )
+    return known
+
+
+_this: LeaseHolder | None = None
 
 
 def holder_gone(holder: LeaseHolder | None) -> str | None:
