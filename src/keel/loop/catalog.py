@@ -9,6 +9,7 @@ the policy cannot judge is the model's observation, never a crash of the run.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 from keel.core.errors import ToolArgumentError, ToolError
 from keel.core.text import printable
 from keel.loop.situation import Gate, Verdict
+from keel.models.base import ToolSpec
 from keel.policy.modes import Mode
 from keel.tools.base import Tool
 from keel.tools.registry import ToolRegistry
@@ -73,3 +75,24 @@ class TotalGate:
                     "check its arguments"
                 )
             )
+
+
+_last_offer: tuple[tuple[Tool, ...], tuple[ToolSpec, ...]] = ((), ())
+_offer_lock = threading.Lock()
+
+
+def offered_specs(registry: ToolRegistry) -> tuple[ToolSpec, ...]:
+    """What the model is offered from `registry`: a spec is a function of its frozen
+    `Tool`, and every run of a worker offers the same tools, so the last ones are kept."""
+    global _last_offer  # noqa: PLW0603 - one entry, replaced whole
+    tools = tuple(registry)
+    with _offer_lock:  # a worker's slots start together: one builds, the others reuse
+        known, specs = _last_offer
+        if len(known) == len(tools) and all(a is b for a, b in zip(known, tools, strict=True)):
+            return specs
+        specs = tuple(
+            ToolSpec(name=s["name"], description=s["description"], parameters=s["parameters"])
+            for s in (tool.spec() for tool in tools)
+        )
+        _last_offer = (tools, specs)
+        return specs

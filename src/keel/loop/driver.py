@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -48,7 +47,7 @@ from keel.loop.actions import (
     RunVerifiers,
     SettleProcess,
 )
-from keel.loop.catalog import RegistryCatalog, TotalGate
+from keel.loop.catalog import RegistryCatalog, TotalGate, offered_specs
 from keel.loop.decide import Gate, Situation, decide
 from keel.loop.failures import PASS_THROUGH, error_kind, error_message, internal_failure
 from keel.loop.faults import fault_point
@@ -581,27 +580,6 @@ class Driver:
                 diff_artifact=diff_artifact,
             )
         )
-
-
-_last_offer: tuple[tuple[Tool, ...], tuple[ToolSpec, ...]] = ((), ())
-_offer_lock = threading.Lock()
-
-
-def offered_specs(registry: ToolRegistry) -> tuple[ToolSpec, ...]:
-    """What the model is offered from `registry`: a spec is a function of its frozen
-    `Tool`, and every run of a worker offers the same tools, so the last ones are kept."""
-    global _last_offer  # noqa: PLW0603 - one entry, replaced whole
-    tools = tuple(registry)
-    with _offer_lock:  # a worker's slots start together: one builds, the others reuse
-        known, specs = _last_offer
-        if len(known) == len(tools) and all(a is b for a, b in zip(known, tools, strict=True)):
-            return specs
-        specs = tuple(
-            ToolSpec(name=s["name"], description=s["description"], parameters=s["parameters"])
-            for s in (tool.spec() for tool in tools)
-        )
-        _last_offer = (tools, specs)
-        return specs
 
 
 def _effect_happened(tool: Tool, ctx: ToolContext, intent: dict[str, str]) -> bool:
