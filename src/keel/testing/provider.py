@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 import socket
 import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -32,13 +31,12 @@ from typing import Any
 
 from keel.testing.chat_rules import check_request
 from keel.testing.recorded import RecordedExchange, split_events
+from keel.testing.streams import is_done, stream_events
 
 CHAT_PATHS = frozenset({"/chat/completions", "/v1/chat/completions"})
 _SECRET_HEADERS = frozenset({"authorization", "api-key", "x-api-key", "proxy-authorization"})
 # Framing belongs to this server, not to a recorded answer (whose body is stored decoded).
 _FRAMING_HEADERS = frozenset({"content-length", "transfer-encoding", "content-encoding"})
-_ARGUMENT_PIECE = 8  # characters of tool-call arguments per streamed delta
-_DONE = "data: [DONE]\n\n"
 
 ToolCallScript = (
     tuple[str, str | Mapping[str, Any]] | tuple[str, str | Mapping[str, Any], str | None]
@@ -457,7 +455,7 @@ def _handler_for(provider: FakeProvider) -> type[BaseHTTPRequestHandler]:
             """Write `events` one chunk each, flushed as written (or cut, as scripted)."""
             shape = reply.shape
             if shape.cut_after is not None:
-                events = [e for e in events if not _is_done(e)][: shape.cut_after]
+                events = [e for e in events if not is_done(e)][: shape.cut_after]
             try:
                 self.send_response(reply.status)
                 if not _has_header(reply.headers, "content-type"):
@@ -507,63 +505,6 @@ def _handler_for(provider: FakeProvider) -> type[BaseHTTPRequestHandler]:
     return ChatCompletionsHandler
 
 
-# --- streams ---------------------------------------------------------------------------
-
-
-def stream_events(turn: Mapping[str, Any], *, include_usage: bool) -> list[str]:
-    """A scripted completion as a provider streams it, one ``data:`` event per chunk.
-
-    A role chunk; reasoning, content and refusal text a word per delta; each tool call
-    by index (the first delta with id, type, name and a first piece of the arguments,
-    then the rest in pieces); a chunk with the finish reason; with `include_usage` and
-    a scripted usage, a last chunk with no choices and the usage; then ``[DONE]``.
-    """
-    choice = turn["choices"][0]
-    message: Mapping[str, Any] = choice["message"]
-    head = {
-        "id": turn["id"],
-        "object": "chat.completion.chunk",
-        "created": turn["created"],
-        "model": turn["model"],
-    }
-
-    def chunk(delta: Mapping[str, Any], finish: str | None = None) -> dict[str, Any]:
-        choices = [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
-        return {**head, "choices": choices}
-
-    chunks = [chunk({"role": "assistant", "content": ""})]
-    for name in ("reasoning_content", "reasoning", "content", "refusal"):
-        text = message.get(name)
-        if isinstance(text, str):
-            chunks += [chunk({name: piece}) for piece in _words(text)]
-    for i, call in enumerate(message.get("tool_calls") or ()):
-        arguments = call["function"]["arguments"]
-        pieces = [
-            arguments[at : at + _ARGUMENT_PIECE] for at in range(0, len(arguments), _ARGUMENT_PIECE)
-        ] or [""]
-        first: dict[str, Any] = {"index": i}
-        if "id" in call:
-            first["id"] = call["id"]
-        first["type"] = "function"
-        first["function"] = {"name": call["function"]["name"], "arguments": pieces[0]}
-        chunks.append(chunk({"tool_calls": [first]}))
-        chunks += [
-            chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
-            for piece in pieces[1:]
-        ]
-    chunks.append(chunk({}, choice["finish_reason"]))
-    if include_usage and "usage" in turn:
-        chunks.append({**head, "choices": [], "usage": turn["usage"]})
-    return [f"data: {json.dumps(c, separators=(',', ':'))}\n\n" for c in chunks] + [_DONE]
-
-
-_WORD = re.compile(r"\S+\s*|\s+")
-
-
-def _words(text: str) -> Iterator[str]:
-    return (m.group() for m in _WORD.finditer(text))
-
-
 def _scripted_call(script: ToolCallScript, default_id: str) -> dict[str, Any]:
     name, arguments = script[0], script[1]
     call_id = script[2] if len(script) == 3 else default_id
@@ -574,10 +515,6 @@ def _scripted_call(script: ToolCallScript, default_id: str) -> dict[str, Any]:
         "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
     }
     return call
-
-
-def _is_done(event: str) -> bool:
-    return event.strip().replace(" ", "") == "data:[DONE]"
 
 
 def _is_event_stream(reply: _Reply) -> bool:
