@@ -26,11 +26,14 @@ shared with the parent): it opens its own.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import threading
 import time
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections import deque
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
     import httpcore
@@ -90,29 +93,63 @@ def close_shared_clients() -> None:
 
 
 def _open(base_url: str, timeout: float) -> httpx.Client:
+    if base_url.startswith("http://"):
+        return plain_http_client(timeout)
+    return _client(timeout, http2=True)  # HTTP/2 is offered only through TLS (ALPN)
+
+
+def plain_http_client(
+    timeout: float,
+    *,
+    max_connections: int = MAX_CONNECTIONS,
+    max_idle: int = MAX_KEEPALIVE_CONNECTIONS,
+    keepalive_expiry: float = KEEPALIVE_EXPIRY,
+) -> httpx.Client:
+    """A client for plain ``http://`` servers whose direct requests go through a
+    `PlainHTTPPool` with these limits (`shared_client` uses the defaults)."""
+    client = _client(
+        timeout,
+        http2=False,  # h2 is not even imported
+        max_connections=max_connections,
+        max_idle=max_idle,
+        keepalive_expiry=keepalive_expiry,
+    )
+    _use_plain_pool(
+        client,
+        PlainHTTPPool(
+            max_connections=max_connections, max_idle=max_idle, keepalive_expiry=keepalive_expiry
+        ),
+    )
+    return client
+
+
+def _client(
+    timeout: float,
+    *,
+    http2: bool,
+    max_connections: int = MAX_CONNECTIONS,
+    max_idle: int = MAX_KEEPALIVE_CONNECTIONS,
+    keepalive_expiry: float = KEEPALIVE_EXPIRY,
+) -> httpx.Client:
     import httpx  # noqa: PLC0415 - imported on first use: it costs every `keel` start 0.15 s
 
-    secure = not base_url.startswith("http://")
-    client = httpx.Client(
-        http2=secure,  # HTTP/2 is offered only through TLS (ALPN); h2 is not even imported
+    return httpx.Client(
+        http2=http2,
         timeout=httpx.Timeout(timeout),
         limits=httpx.Limits(
-            max_connections=MAX_CONNECTIONS,
-            max_keepalive_connections=MAX_KEEPALIVE_CONNECTIONS,
-            keepalive_expiry=KEEPALIVE_EXPIRY,
+            max_connections=max_connections,
+            max_keepalive_connections=max_idle,
+            keepalive_expiry=keepalive_expiry,
         ),
         headers={"User-Agent": "keel"},
         follow_redirects=False,
     )
-    if not secure:
-        _use_plain_pool(client)
-    return client
 
 
-def _use_plain_pool(client: httpx.Client) -> None:
-    """Give `client`'s direct transport a `PlainHTTPPool` (proxied requests, which go
-    through other transports, keep httpcore's). An httpx that no longer keeps its pool
-    where this looks keeps its own: slower, never wrong."""
+def _use_plain_pool(client: httpx.Client, pool: PlainHTTPPool) -> None:
+    """Give `client`'s direct transport `pool` (proxied requests, which go through other
+    transports, keep httpcore's). An httpx that no longer keeps its pool where this
+    looks keeps its own: slower, never wrong."""
     import httpcore  # noqa: PLC0415 - loaded with httpx
     import httpx  # noqa: PLC0415
 
@@ -121,11 +158,6 @@ def _use_plain_pool(client: httpx.Client) -> None:
         getattr(transport, "_pool", None), httpcore.ConnectionPool
     ):
         transport._pool.close()  # it has no connection yet
-        pool = PlainHTTPPool(
-            max_connections=MAX_CONNECTIONS,
-            max_idle=MAX_KEEPALIVE_CONNECTIONS,
-            keepalive_expiry=KEEPALIVE_EXPIRY,
-        )
         setattr(transport, "_pool", pool)  # noqa: B010 - a private attribute, typed otherwise
 
 
@@ -142,12 +174,18 @@ class PlainHTTPPool:
     ``ConnectionPool`` interface: ``handle_request``, ``close``).
 
     A request takes the most recently used idle connection to its origin (checked once:
-    not expired, not closed by the server) or opens a new one; closing its response
-    gives the connection back when it is reusable (the body was read to its end), and
-    closes it otherwise or when `max_idle` are idle already. At most `max_connections`
-    are open; a request beyond waits for one, up to the ``pool`` timeout
-    (``httpcore.PoolTimeout``). `close` closes every connection, in use or not: a
-    request in flight fails (as with httpcore's pool) and later ones are refused.
+    not expired, not closed by the server) or opens a new one, and has it to itself
+    until its response is closed. Closing the response gives the connection back when
+    it is reusable (the body was read to its end, the server did not say
+    ``Connection: close``), and closes it otherwise or when `max_idle` are idle already;
+    giving one back also closes the idle ones of its origin that have outlived
+    `keepalive_expiry` (most recently used first means the oldest are never taken, and
+    a server drops them: they would linger half-closed). At most `max_connections` are
+    open; a request beyond waits for one, up to the ``pool`` timeout
+    (``httpcore.PoolTimeout``). `close` shuts every connection down, in use or not: a
+    request in flight fails at once (a socket only closed, as httpcore's pool does,
+    leaves its reader blocked until the answer or the read timeout) and later ones,
+    and those waiting for a connection, are refused.
     """
 
     def __init__(self, *, max_connections: int, max_idle: int, keepalive_expiry: float) -> None:
@@ -155,9 +193,10 @@ class PlainHTTPPool:
         self._max_idle = max_idle
         self._keepalive_expiry = keepalive_expiry
         self._changed = threading.Condition(threading.Lock())
-        self._idle: dict[_OriginKey, list[httpcore.HTTPConnection]] = {}
+        # Per origin, idle connections with when they were given back, oldest first.
+        self._idle: dict[_OriginKey, deque[tuple[float, httpcore.HTTPConnection]]] = {}
         self._idle_count = 0
-        self._open: set[httpcore.HTTPConnection] = set()
+        self._open: dict[httpcore.HTTPConnection, _Dialer] = {}
         self._closed = False
 
     def handle_request(self, request: httpcore.Request) -> httpcore.Response:
@@ -191,15 +230,18 @@ class PlainHTTPPool:
             with self._changed:
                 if self._closed:
                     raise RuntimeError("the connection pool is closed")
-                stack = self._idle.get(_key(origin))
-                if stack:
-                    candidate = stack.pop()
+                idle = self._idle.get(_key(origin))
+                if idle:
+                    candidate = idle.pop()[1]
                     self._idle_count -= 1
                 elif len(self._open) < self._max_connections:
+                    dialer = _Dialer()
                     connection = httpcore.HTTPConnection(
-                        origin=origin, keepalive_expiry=self._keepalive_expiry
+                        origin=origin,
+                        keepalive_expiry=self._keepalive_expiry,
+                        network_backend=cast("httpcore.NetworkBackend", dialer),
                     )
-                    self._open.add(connection)
+                    self._open[connection] = dialer
                     return connection
                 else:
                     candidate = None
@@ -220,42 +262,54 @@ class PlainHTTPPool:
 
     def _oldest_idle(self) -> httpcore.HTTPConnection | None:
         """An idle connection to another origin, taken out to make room (under the lock)."""
-        for stack in self._idle.values():
-            if stack:
+        for idle in self._idle.values():
+            if idle:
                 self._idle_count -= 1
-                return stack.pop(0)
+                return idle.popleft()[1]
         return None
 
     def give_back(self, origin: _OriginKey, connection: httpcore.HTTPConnection) -> None:
-        """`connection`'s response was closed: keep it for reuse, or close it."""
+        """`connection`'s response was closed: keep it for reuse, or close it; close the
+        connections to `origin` idle for longer than the keep-alive expiry."""
+        now = time.monotonic()
+        closing: list[httpcore.HTTPConnection] = []
         with self._changed:
+            idle = self._idle.setdefault(origin, deque())
+            while idle and now - idle[0][0] > self._keepalive_expiry:
+                closing.append(idle.popleft()[1])
+                self._idle_count -= 1
             if (
                 not self._closed
                 and connection in self._open
                 and self._idle_count < self._max_idle
                 and connection.is_idle()
             ):
-                self._idle.setdefault(origin, []).append(connection)
+                idle.append((now, connection))
                 self._idle_count += 1
-                self._changed.notify()
-                return
-        self._discard(connection)
+            else:
+                closing.append(connection)
+            for gone in closing:
+                self._open.pop(gone, None)
+            self._changed.notify(len(closing) + 1)  # each is room for a waiting request
+        for gone in closing:
+            gone.close()
 
     def _discard(self, connection: httpcore.HTTPConnection) -> None:
         with self._changed:
-            self._open.discard(connection)
+            self._open.pop(connection, None)
             self._changed.notify()
         connection.close()
 
     def close(self) -> None:
         with self._changed:
             self._closed = True
-            connections = list(self._open)
+            connections = list(self._open.items())
             self._open.clear()
             self._idle.clear()
             self._idle_count = 0
             self._changed.notify_all()
-        for connection in connections:
+        for connection, dialer in connections:
+            dialer.shut_down()  # wakes a request blocked reading it (closing would not)
             connection.close()
 
     def __enter__(self) -> PlainHTTPPool:
@@ -263,6 +317,45 @@ class PlainHTTPPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _Dialer:
+    """One connection's network backend (httpcore's ``NetworkBackend``, for plain TCP):
+    opens its socket and keeps it, so that `PlainHTTPPool.close` can shut it down.
+    Closing a socket does not wake a thread blocked reading it; shutting it down does."""
+
+    def __init__(self) -> None:
+        self._stream: httpcore.NetworkStream | None = None
+        self._shut = False
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.NetworkStream:
+        import httpcore  # noqa: PLC0415 - loaded with httpx
+
+        stream = httpcore.SyncBackend().connect_tcp(
+            host, port, timeout, local_address, socket_options
+        )
+        self._stream = stream
+        if self._shut:  # the pool closed while this connected
+            self.shut_down()
+        return stream
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    def shut_down(self) -> None:
+        self._shut = True
+        stream = self._stream
+        sock = None if stream is None else stream.get_extra_info("socket")
+        if isinstance(sock, socket.socket):
+            with contextlib.suppress(OSError):  # already closed
+                sock.shutdown(socket.SHUT_RDWR)
 
 
 class _ReturnedOnClose:
@@ -303,5 +396,6 @@ __all__ = [
     "MAX_KEEPALIVE_CONNECTIONS",
     "PlainHTTPPool",
     "close_shared_clients",
+    "plain_http_client",
     "shared_client",
 ]
