@@ -117,6 +117,8 @@ def test_a_reply_cut_at_the_length_limit_is_recorded_the_model_told_and_the_run_
 def test_a_cut_reply_with_incomplete_tool_arguments_runs_none_of_its_calls(
     make_harness: MakeHarness, provider: FakeProvider, workspace: Path
 ) -> None:
+    """Hand-written reply: no public cassette holds a `length` answer whose tool
+    arguments were cut mid-JSON (tests/fixtures/providers/README.md lists the search)."""
     provider.reply(
         tool_calls=[("read_file", {"path": "a.txt"}), ("write_file", CUT_ARGUMENTS)],
         finish_reason="length",
@@ -200,6 +202,8 @@ def test_a_resumed_run_counts_the_cut_replies_of_the_process_before(
 def test_a_content_filter_stop_fails_the_run_and_the_model_is_not_asked_again(
     make_harness: MakeHarness, provider: FakeProvider, workspace: Path
 ) -> None:
+    """Hand-written reply: no recorded 200 with finish_reason content_filter was found;
+    Azure's recorded 400 content_filter runs in the test below."""
     provider.reply("I cannot", finish_reason="content_filter")
     provider.reply("never asked")
     harness = make_harness()

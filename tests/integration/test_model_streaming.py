@@ -117,6 +117,8 @@ def test_pieces_arrive_while_the_answer_is_still_being_written(
 
 
 def test_keep_alive_comments_are_ignored(provider: FakeProvider, make_model: MakeModel) -> None:
+    """DeepSeek's ``: keep-alive`` comments were found documented, never recorded; the
+    recorded OpenRouter stream with comment lines runs in test_recorded_traffic.py."""
     provider.reply(content="steady answer", keepalive=True, usage=(3, 2))
     turn = make_model().complete(Watch().request())
     assert turn.content == "steady answer"

@@ -262,6 +262,8 @@ def test_non_integer_or_negative_token_counts_count_as_unreported(
 def test_rate_limit_is_retried_after_the_servers_retry_after(
     provider: FakeProvider, make_model: MakeModel
 ) -> None:
+    """Hand-written body: no recorded 429 rate limit kept its Retry-After header
+    (tests/fixtures/providers/README.md)."""
     provider.fail(429, "Rate limit reached for gpt-4o", headers={"Retry-After": "0.05"})
     provider.reply(content="ok")
     notices: list[RetryNotice] = []

@@ -444,8 +444,7 @@ def test_requests_real_providers_accepted_break_no_rule(name: str) -> None:
 
 def test_a_recorded_thinking_mode_request_without_its_reasoning_is_caught() -> None:
     names = [n for n in RECORDED if n.startswith("deepseek_thinking")]
-    if not names:
-        pytest.skip("no recorded DeepSeek thinking-mode request in tests/fixtures/providers")
+    assert names, "tests/fixtures/providers should hold a recorded DeepSeek thinking-mode request"
     request = copy.deepcopy(dict(load_fixture(names[-1]).request or {}))
     turns = [
         i
