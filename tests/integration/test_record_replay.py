@@ -216,7 +216,7 @@ def test_a_replay_stops_at_the_first_request_that_differs(
 
 
 def test_a_run_that_crashed_while_recording_resumes_into_the_same_cassette(
-    tmp_path: Path, provider: FakeProvider, template: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, provider: FakeProvider, template: Path
 ) -> None:
     provider.reply(tool_calls=[("read_file", {"path": "notes.txt"})])
     lost = {"path": "out.txt", "content": "answer the crash lost\n"}
@@ -235,13 +235,13 @@ def test_a_run_that_crashed_while_recording_resumes_into_the_same_cassette(
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr
     assert steps_in(cassette) == [0, 1]
 
-    for name, value in {**env, "KEEL_MODEL_STREAM": "0"}.items():
-        monkeypatch.setenv(name, value)
     with Harness(store=f"sqlite:///{store}") as harness:
         (run,) = harness.store.list_runs()
-        resumed = harness.resume(run.run_id, record=cassette)
+    again = keel_in(ws, store, **env, KEEL_MODEL_STREAM="0")
+    expect(again.keel("resume", run.run_id, "--record", str(cassette)), 0)
+    with Harness(store=f"sqlite:///{store}") as harness:
+        assert harness.get(run.run_id).status is RunStatus.COMPLETED
         recorded = list(iter_all_events(harness.store, run.run_id))
-    assert resumed.status is RunStatus.COMPLETED, resumed.stop_reason
     assert steps_in(cassette) == [0, 1, 1, 2]  # the last exchange for a step wins
 
     ws = fresh_workspace(template, tmp_path / "ws")

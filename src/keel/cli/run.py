@@ -163,6 +163,12 @@ def resume_command(
     no_wait: bool = typer.Option(
         False, "--no-wait", help="Exit 2 at once if a live process holds the run."
     ),
+    record: Path | None = typer.Option(
+        None,
+        "--record",
+        help="Append every model request and answer to this cassette file "
+        "(a run recorded with keel run --record goes on into the same file).",
+    ),
     store: str | None = StoreOption,
 ) -> None:
     """Continue a run that stopped cleanly, was interrupted, or crashed.
@@ -172,7 +178,14 @@ def resume_command(
     """
     harness = Harness(store=store_url(store), model=model)
     try:
-        _drive(harness, run_id, json_out, answer_store_flag(store), wait=0.0 if no_wait else None)
+        _drive(
+            harness,
+            run_id,
+            json_out,
+            answer_store_flag(store),
+            wait=0.0 if no_wait else None,
+            record=record,
+        )
     except LeaseHeld as exc:
         fail(lease_held_line(exc, run_id))
 
