@@ -159,7 +159,9 @@ def _warn_unconfined(harness: Harness, state: RunState) -> None:
 def resume_command(
     run_id: str = typer.Argument(...),
     json_out: bool = JsonOption,
-    model: str | None = typer.Option(None, "--model", help="Override the run's model spec."),
+    model: str | None = typer.Option(
+        None, "--model", help="Drive the rest of the run with this model spec instead."
+    ),
     no_wait: bool = typer.Option(
         False, "--no-wait", help="Exit 2 at once if a live process holds the run."
     ),
@@ -176,7 +178,7 @@ def resume_command(
     A run whose process died on this machine is taken over at once; one a live process
     holds is waited for, with a countdown, until its lease lapses (--no-wait: exit 2).
     """
-    harness = Harness(store=store_url(store), model=model)
+    harness = Harness(store=store_url(store))
     try:
         _drive(
             harness,
@@ -185,6 +187,7 @@ def resume_command(
             answer_store_flag(store),
             wait=0.0 if no_wait else None,
             record=record,
+            model=model,
         )
     except LeaseHeld as exc:
         fail(lease_held_line(exc, run_id))
@@ -198,6 +201,7 @@ def _drive(
     *,
     wait: float | None = 0.0,
     record: Path | None = None,
+    model: str | None = None,
 ) -> None:
     view = None if json_out else LiveView()
 
@@ -219,6 +223,7 @@ def _drive(
                     on_wait=LeaseCountdown(),
                     on_delta=view.on_delta if view is not None else None,
                     record=record,
+                    model=model,
                 )
         except KeyboardInterrupt:
             err_console.print(f"interrupted: run {run_id} stays resumable — `keel resume {run_id}`")

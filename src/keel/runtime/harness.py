@@ -218,14 +218,19 @@ class Harness:
         on_wait: WaitListener | None = None,
         on_delta: DeltaSink | None = None,
         record: str | Path | None = None,
+        model: str | None = None,
     ) -> RunOutcome:
         """Continue a run from the store alone (in this or any other process).
 
         A lease whose holder died on this machine is taken over at once; one a live
         process holds is waited for up to ``wait`` seconds (None: until it lapses),
-        ``on_wait`` told as it goes; past that, ``LeaseHeld``.
+        ``on_wait`` told as it goes; past that, ``LeaseHeld``. ``model`` (a spec)
+        drives the rest of this run instead of the one it was created with — say after
+        a provider ran out of credit; every later ``model_requested`` names it.
         """
-        return self.execute(run_id, wait=wait, on_wait=on_wait, on_delta=on_delta, record=record)
+        return self.execute(
+            run_id, wait=wait, on_wait=on_wait, on_delta=on_delta, record=record, model=model
+        )
 
     def execute(
         self,
@@ -237,6 +242,7 @@ class Harness:
         on_wait: WaitListener | None = None,
         on_delta: DeltaSink | None = None,
         record: str | Path | None = None,
+        model: str | None = None,
     ) -> RunOutcome:
         """Drive ``run_id`` under its lease; ``LeaseHeld`` if another process has it
         (after waiting up to ``wait`` seconds for it, as ``resume`` does).
@@ -246,17 +252,17 @@ class Harness:
         first records what changed while it was stopped (``keel.runtime.resume``); a
         policy file that became invalid refuses the resume before anything is written;
         so does a cost budget the model cannot be priced for (ConfigError). ``on_delta``
-        and ``record`` are as for ``run``.
+        and ``record`` are as for ``run``, ``model`` as for ``resume``.
         """
         state = self.store.load_run(run_id)
         if state.status.terminal:
             return RunOutcome(state=state)
-        model = self._model_for(state)
-        check_priced(model, state.options.budget)
+        driving = self._resolve(_absolute_scripted(model)) if model else self._model_for(state)
+        check_priced(driving, state.options.budget)
         redaction = _RunRedaction()
         if record is not None:  # a cassette of another model is refused before the lease
             check_record(record, queued=False)
-            model = _recording(model, Path(record), redaction)
+            driving = _recording(driving, Path(record), redaction)
         containment = self.containment(state)  # `required` without bubblewrap stops here
         claims = RunTaskClaims.for_run(self.store, run_id, heartbeat_ttl=self.lease_ttl)
         policy = read_policy_again(state) if state.last_seq > 1 else None
@@ -286,7 +292,7 @@ class Harness:
         secrets = WorkspaceSecrets(Path(state.workspace))
         driver = Driver(
             store=self.store,
-            model=model,
+            model=driving,
             registry=self.tools,
             gate=containment.gate,
             state=state,
