@@ -58,6 +58,9 @@ class Confinement:
     git_writable: bool = False  # an approved command may write .git (never config or hooks)
     cwd: Path | None = None  # default: the workspace
     workspace_writable: bool = True  # False: the whole workspace is read-only (the harness's git)
+    # Host files (absolute) the program reads at their own path, read-only: a patch git
+    # applies, kept outside the workspace. Everything else outside stays unseen.
+    readable: tuple[Path, ...] = ()
 
 
 class Sandbox(Protocol):
@@ -79,7 +82,8 @@ class Sandbox(Protocol):
         stderr: int,
         env: Mapping[str, str] | None = None,
     ) -> subprocess.Popen[bytes]:
-        """Start ``argv`` in its own session, confined; stdin is /dev/null.
+        """Start ``argv`` in its own session, confined; stdin is /dev/null (input the
+        program needs is a file named in ``confinement.readable``).
 
         The program sees the scrubbed environment (an allowlist of variables plus the
         settings' ``env`` names) with ``env`` set on top exactly as given. Every call

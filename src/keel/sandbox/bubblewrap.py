@@ -7,7 +7,8 @@ disables user namespaces inside where this bwrap can (0.8+), and dies with Keel
 started the program exits, so a call must be waited for by the thread that began
 it, as ``run_command`` and the verifier do). The program is the second process of
 its pid namespace, so when it exits bwrap's init ends and the kernel kills whatever
-it left behind. What is visible is described in ``layout``; limits in ``limits``.
+it left behind. What is visible is described in ``layout``, plus the confinement's
+``readable`` host files, bound read-only at their own path; limits in ``limits``.
 
 Whether bwrap works here is probed once per process and binary (it can be
 installed but refused user namespaces, as on some Ubuntu and container setups).
@@ -21,6 +22,7 @@ import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from keel.sandbox.base import Confinement, SandboxSettings
@@ -136,10 +138,12 @@ class BubblewrapSandbox:
     ) -> subprocess.Popen[bytes]:
         layout = call_layout(self._view, confinement)
         cwd = confinement.cwd or confinement.workspace
+        readable = [arg for path in confinement.readable for arg in _ro_bind(path)]
         command = [
             self.probe.path,
             *self._flags,
             *layout.args,
+            *readable,
             "--chdir",
             str(cwd),
             "--",
@@ -163,6 +167,13 @@ class BubblewrapSandbox:
 
     def finish(self, proc: subprocess.Popen[bytes]) -> int:
         return self._calls.finish(proc)
+
+
+def _ro_bind(path: Path) -> list[str]:
+    """bwrap's arguments showing the host file ``path`` read-only at its own path."""
+    if not path.is_absolute():
+        raise OSError(f"a file the program reads must be named by an absolute path: {path}")
+    return ["--ro-bind", str(path), str(path)]
 
 
 def _run(argv: list[str]) -> subprocess.CompletedProcess[bytes]:

@@ -1,7 +1,8 @@
 """The unconfined sandbox (kind "none"): the user's rights, still bounded and cleaned up.
 
 Used when ``sandbox = "off"``, or ``"auto"`` without a working bubblewrap. Nothing
-is hidden or read-only and the network is open, but each program still starts in
+is hidden or read-only (a confinement's ``readable`` files need nothing: every host
+file the user may read is readable) and the network is open, but each program still starts in
 its own session with the scrubbed environment (``HOME`` and ``TMPDIR`` in a fresh
 directory removed afterwards), the resource limits and, where possible, its own
 pids cgroup; ending the call kills its process group and cgroup. What it cannot

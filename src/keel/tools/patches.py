@@ -15,10 +15,18 @@ fsmonitor, pager, external diff or textconv; every configured filter driver empt
 no system or global configuration; ``HOME`` an empty directory), with explicit git
 directory, work tree and index, stdin and stderr — what writing git needs.
 
-Not yet in `default_registry`: SPEC says every program run for the model runs inside
-the OS sandbox, and this git runs hardened but unconfined (the sandbox's ``popen``
-gives a program no stdin to read a patch from). It joins the built-in tools with
-delegation (issue 13), once its git runs confined.
+When the call has a sandbox (a run's calls do), each git apply_patch starts runs
+inside it: on the workspace with only the work tree writable (``.git`` and the
+guard's protected paths read-only, secrets masked), on a scratch copy with nothing
+else writable. The patch reaches git as a private file outside the workspace, shown
+read-only to the confined git (``Confinement.readable``); the sandbox gives a program
+no stdin. Without a sandbox (tests of the tools, and ``keel.runtime.worktrees``'s own
+bookkeeping) git runs hardened but unconfined.
+
+Not yet in `default_registry`: the policy judges a write by its ``path`` argument, and
+a patch names its paths only inside the artifact, so a ``[[rule]]`` denying writes to
+a path would not stop a patch (say, another run's diff) that writes there. Delegation
+(issue 13) registers it once the gate judges every path a patch touches.
 """
 
 from __future__ import annotations
@@ -31,7 +39,10 @@ import shutil
 import stat
 import subprocess
 import tempfile
-from dataclasses import dataclass, replace
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated
 
@@ -40,11 +51,14 @@ from pydantic import Field
 from keel.core.errors import NotFound, ToolError
 from keel.core.guard import PathGuard
 from keel.core.pathnames import shown_path
+from keel.sandbox.base import Confinement, Sandbox
+from keel.sandbox.collect import collect_output
 from keel.tools.base import Effect, Recovery, ToolContext, ToolResult, tool
 from keel.tools.workspace import current_hash, refuse_protected
 from keel.verify.diff import DRIVER_COMMANDS, OVERRIDES
 
 GIT_TIMEOUT_S = 120.0
+OUTPUT_CAP = 50_000_000  # bytes kept of a confined git's stdout
 # Beyond HardenedGit's: a patch's shape must not depend on the repository's diff settings.
 PATCH_OVERRIDES = (
     ("diff.noprefix", "false"),
@@ -93,7 +107,8 @@ class Git:
     """One hardened git: runs no program the repository or the work tree configures.
 
     ``git_dir`` None means "not a repository": discovery is stopped at ``cwd``, so a
-    repository above it is never used.
+    repository above it is never used. With ``sandbox``, git runs inside it under
+    ``confinement`` (default: ``cwd`` read-only) and takes no stdin; without, unconfined.
     """
 
     cwd: Path
@@ -101,14 +116,21 @@ class Git:
     work_tree: Path | None = None
     index_file: Path | None = None
     overrides: tuple[tuple[str, str], ...] = OVERRIDES + PATCH_OVERRIDES
+    sandbox: Sandbox | None = field(default=None, compare=False)
+    confinement: Confinement | None = None
 
     def environment(self) -> dict[str, str]:
-        home = str(empty_home())
-        env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "LC_ALL": "C",
-            "HOME": home,
-            "XDG_CONFIG_HOME": home,
+        """git's variables; confined, ``PATH`` and ``HOME`` are the sandbox's own (its
+        ``HOME`` is an empty directory that exists inside, as HardenedGit relies on)."""
+        env: dict[str, str] = {"LC_ALL": "C"}
+        if self.sandbox is None:
+            home = str(empty_home())
+            env |= {
+                "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                "HOME": home,
+                "XDG_CONFIG_HOME": home,
+            }
+        env |= {
             "GIT_CONFIG_NOSYSTEM": "1",
             "GIT_CONFIG_GLOBAL": "/dev/null",
             "GIT_ATTR_NOSYSTEM": "1",
@@ -131,8 +153,15 @@ class Git:
             env[f"GIT_CONFIG_VALUE_{number}"] = value
         return env
 
-    def run(self, *args: str, stdin: bytes = b"") -> GitOutput:
-        """``git ARGS`` with its output; code -1 when git cannot run or times out."""
+    def run(self, *args: str, stdin: bytes = b"", readable: tuple[Path, ...] = ()) -> GitOutput:
+        """``git ARGS`` with its output; code -1 when git cannot run or times out.
+
+        ``readable`` are host files a confined git must read (unconfined, all can be).
+        """
+        if self.sandbox is not None:
+            if stdin:
+                raise ValueError("a confined git reads no stdin: pass a readable file")
+            return self._run_confined(self.sandbox, args, readable)
         try:
             done = subprocess.run(
                 ["git", "--no-pager", *args],
@@ -146,6 +175,48 @@ class Git:
         except (OSError, subprocess.TimeoutExpired) as exc:
             return GitOutput(-1, b"", str(exc).encode())
         return GitOutput(done.returncode, done.stdout, done.stderr)
+
+    def apply(self, *flags: str, patch: bytes) -> GitOutput:
+        """``git apply FLAGS`` of ``patch``, handed over as a private file outside any workspace."""
+        with _patch_file(patch) as path:
+            return self.run("apply", *flags, str(path), readable=(path,))
+
+    def _run_confined(
+        self, sandbox: Sandbox, args: tuple[str, ...], readable: tuple[Path, ...]
+    ) -> GitOutput:
+        base = self.confinement or Confinement(workspace=self.cwd, workspace_writable=False)
+        confinement = replace(base, cwd=self.cwd, readable=base.readable + readable)
+        stdout = bytearray()
+
+        def feed(chunk: bytes) -> None:
+            stdout.extend(chunk[: max(OUTPUT_CAP - len(stdout), 0)])
+
+        with tempfile.TemporaryFile() as stderr:
+            try:
+                proc = sandbox.popen(
+                    ["git", "--no-pager", *args],
+                    confinement,
+                    stdout=subprocess.PIPE,
+                    stderr=stderr.fileno(),
+                    env=self.environment(),
+                )
+            except OSError as exc:
+                return GitOutput(-1, b"", f"cannot start git in the sandbox: {exc}".encode())
+            try:
+                collected = collect_output(
+                    proc,
+                    feed,
+                    deadline=time.monotonic() + GIT_TIMEOUT_S,
+                    on_timeout=lambda: sandbox.finish(proc),
+                )
+                code = proc.wait()
+            finally:
+                sandbox.finish(proc)
+            stderr.seek(0)
+            said = stderr.read(OUTPUT_CAP)
+        if collected.timed_out:
+            return GitOutput(-1, bytes(stdout), said + b"\ngit timed out")
+        return GitOutput(code, bytes(stdout), said)
 
     def must(self, *args: str, stdin: bytes = b"", doing: str) -> bytes:
         """stdout of ``git ARGS``; ToolError naming ``doing`` and git's words on failure."""
@@ -188,12 +259,47 @@ def _made_home() -> Path:
     return made
 
 
-def workspace_git(workspace: Path) -> Git:
-    """Hardened git for applying into ``workspace``: its repository, or none."""
+@contextmanager
+def _patch_file(patch: bytes) -> Iterator[Path]:
+    """``patch`` in a new private directory (0700) of the temporary directory; removed after."""
+    folder = Path(tempfile.mkdtemp(prefix="keel-patch-in-"))
+    try:
+        path = folder / "change.patch"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(patch)
+        yield path
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def workspace_git(
+    workspace: Path, *, sandbox: Sandbox | None = None, guard: PathGuard | None = None
+) -> Git:
+    """Hardened git for applying into ``workspace``: its repository, or none.
+
+    With ``sandbox`` it runs confined with the work tree writable, never ``.git`` nor
+    what ``guard`` protects.
+    """
+    confinement = Confinement(
+        workspace=workspace,
+        guard=guard or PathGuard(),
+        workspace_writable=True,
+        git_writable=False,
+    )
+    git = Git(cwd=workspace, sandbox=sandbox, confinement=confinement if sandbox else None)
     dot_git = workspace / ".git"
     if dot_git.exists():
-        return Git(cwd=workspace, git_dir=dot_git, work_tree=workspace).hardened()
-    return Git(cwd=workspace)
+        return replace(git, git_dir=dot_git, work_tree=workspace).hardened()
+    return git
+
+
+def scratch_git(scratch: Path, sandbox: Sandbox | None, *, writable: bool) -> Git:
+    """git outside any repository in ``scratch`` (confined to it with ``sandbox``)."""
+    if sandbox is None:
+        return Git(cwd=scratch)
+    confinement = Confinement(workspace=scratch, workspace_writable=writable)
+    return Git(cwd=scratch, sandbox=sandbox, confinement=confinement)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -208,7 +314,7 @@ class PatchSummary:
         return "\n".join(lines)
 
 
-def patch_paths(patch: bytes) -> list[str]:
+def patch_paths(patch: bytes, sandbox: Sandbox | None = None) -> list[str]:
     """Every path the patch names (both sides of a rename), as git's own parser reads them."""
     if not patch.strip():
         raise ToolError("the patch is empty: there is nothing to apply")
@@ -218,7 +324,8 @@ def patch_paths(patch: bytes) -> list[str]:
         raise ToolError(f"refusing the patch: it names an absolute path ({line.strip()!r})")
     scratch = Path(tempfile.mkdtemp(prefix="keel-patch-"))
     try:
-        out = Git(cwd=scratch).run("apply", "--numstat", "-z", "-", stdin=patch)
+        git = scratch_git(scratch, sandbox, writable=False)
+        out = git.apply("--numstat", "-z", patch=patch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if out.code != 0:
@@ -278,43 +385,65 @@ def _refuse_linked_parents(workspace: Path, path: str, parts: list[str]) -> None
 def check_patch(workspace: Path, patch: bytes, git: Git | None = None) -> None:
     """ToolError listing each file and its hunks that do not apply; nothing is changed."""
     git = git or workspace_git(workspace)
-    out = git.run("apply", "--check", "-", stdin=patch)
+    out = git.apply("--check", patch=patch)
     if out.code == 0:
         return
     raise ToolError(_conflict_report(git, patch, out.message))
 
 
-def apply_patch_bytes(workspace: Path, patch: bytes, guard: PathGuard) -> PatchSummary:
+def apply_patch_bytes(
+    workspace: Path, patch: bytes, guard: PathGuard, *, sandbox: Sandbox | None = None
+) -> PatchSummary:
     """Apply ``patch`` to ``workspace`` all or nothing (module doc); what it changed."""
-    paths = refuse_unsafe_paths(workspace, patch_paths(patch), guard)
-    git = workspace_git(workspace)
+    paths = _judged_paths(workspace, patch, guard, sandbox)
+    git = workspace_git(workspace, sandbox=sandbox, guard=guard)
     check_patch(workspace, patch, git)
-    out = git.run("apply", "-", stdin=patch)
+    out = git.apply(patch=patch)
     if out.code != 0:  # the workspace changed between the check and the apply
         raise ToolError(_conflict_report(git, patch, out.message))
     return PatchSummary(changed={shown_path(p): _hash_now(workspace, p) for p in paths})
 
 
-def patched_hashes(workspace: Path, patch: bytes, guard: PathGuard) -> dict[str, str]:
+def patched_hashes(
+    workspace: Path, patch: bytes, guard: PathGuard, *, sandbox: Sandbox | None = None
+) -> dict[str, str]:
     """Each path the patch touches -> its sha256 once applied ("" = deleted); changes nothing.
 
     The patch is applied to a scratch copy of just those files; a patch that would be
     refused or would not apply raises the same ToolError the tool would.
     """
-    paths = refuse_unsafe_paths(workspace, patch_paths(patch), guard)
-    check_patch(workspace, patch)
+    paths = _judged_paths(workspace, patch, guard, sandbox)
+    check_patch(workspace, patch, workspace_git(workspace, sandbox=sandbox, guard=guard))
     scratch = Path(tempfile.mkdtemp(prefix="keel-patch-"))
     try:
         for rel in paths:
             _copy_preimage(workspace / rel, scratch / rel)
-        Git(cwd=scratch).must("apply", "-", stdin=patch, doing="applying to a scratch copy")
+        out = scratch_git(scratch, sandbox, writable=True).apply(patch=patch)
+        if out.code != 0:
+            raise ToolError(f"applying to a scratch copy failed: git apply: {out.message}")
         return {shown_path(rel): _hash_now(scratch, rel) for rel in paths}
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def _judged_paths(
+    workspace: Path, patch: bytes, guard: PathGuard, sandbox: Sandbox | None
+) -> list[str]:
+    """The patch's paths once judged safe; confined, also none the sandbox masks."""
+    paths = refuse_unsafe_paths(workspace, patch_paths(patch, sandbox), guard)
+    if sandbox is not None and sandbox.kind != "none":
+        for path in paths:
+            if not guard.listable(path):
+                raise ToolError(
+                    f"refusing the patch: {path!r} is secret or denied, and the sandbox hides "
+                    "it from programs; change it with edit_file or write_file instead"
+                )
+    return paths
+
+
 def _patch_intent(ctx: ToolContext, artifact: str) -> dict[str, str]:
-    return patched_hashes(ctx.workspace, _read_artifact(ctx, artifact), ctx.guard)
+    patch = _read_artifact(ctx, artifact)
+    return patched_hashes(ctx.workspace, patch, ctx.guard, sandbox=ctx.sandbox)
 
 
 @tool(effect=Effect.WRITE, recovery=Recovery.VERIFY_THEN_CONTINUE, intent=_patch_intent)
@@ -329,7 +458,8 @@ def apply_patch(
     A hunk that no longer applies is an error listing the conflicting hunks; then no
     file is changed.
     """
-    summary = apply_patch_bytes(ctx.workspace, _read_artifact(ctx, artifact), ctx.guard)
+    patch = _read_artifact(ctx, artifact)
+    summary = apply_patch_bytes(ctx.workspace, patch, ctx.guard, sandbox=ctx.sandbox)
     return ToolResult(output=summary.describe(), changed_files=summary.changed)
 
 
@@ -389,7 +519,7 @@ def _conflict_report(git: Git, patch: bytes, message: str) -> str:
     for path, header, hunks in _sections(patch):
         if path not in failing:
             continue
-        bad = [h for h in hunks if git.run("apply", "--check", "-", stdin=header + h).code != 0]
+        bad = [h for h in hunks if git.apply("--check", patch=header + h).code != 0]
         if not hunks or not bad:
             continue
         parts.append(f"--- {path}: {len(bad)} of {len(hunks)} hunk(s) do not apply:")
@@ -437,5 +567,6 @@ __all__ = [
     "patch_paths",
     "patched_hashes",
     "refuse_unsafe_paths",
+    "scratch_git",
     "workspace_git",
 ]
