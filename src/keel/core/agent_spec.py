@@ -66,13 +66,7 @@ KEYS: tuple[str, ...] = (
     "on_failure",
     "version",
 )
-BUDGET_KEYS: dict[str, str] = {  # front-matter key -> Budget field
-    "steps": "max_steps",
-    "tool_calls": "max_tool_calls",
-    "tokens": "max_tokens",
-    "cost": "max_cost",
-    "wall_seconds": "max_wall_seconds",
-}
+BUDGET_KEYS: tuple[str, ...] = ("steps", "tool_calls", "tokens", "cost", "wall_seconds")
 ON_FAILURE_KEYS: tuple[str, ...] = ("policy", "attempts", "agent", "then")
 
 
@@ -430,10 +424,11 @@ class _Parser:
                 f"budget must be a mapping with any of {', '.join(BUDGET_KEYS)}, "
                 f"got {_node_kind(node)}",
             )
-        entries = self.mapping(node, tuple(BUDGET_KEYS), "budget")
+        entries = self.mapping(node, BUDGET_KEYS, "budget")
         if not entries:
             self.fail(self.line_of(key), f"budget is empty; give any of {', '.join(BUDGET_KEYS)}")
-        limits: dict[str, int | float | None] = dict.fromkeys(BUDGET_KEYS.values())
+        counts: dict[str, int] = {}  # front-matter key -> limit
+        amounts: dict[str, float] = {}
         for name, (key_node, value_node) in entries.items():
             value = self.value(value_node)
             line = self.line_of(key_node)
@@ -447,14 +442,20 @@ class _Parser:
                     self.fail(
                         line, f"budget.{name} must be a finite number above 0{bound}, got {value!r}"
                     )
-                limits[BUDGET_KEYS[name]] = number
+                amounts[name] = float(number)
             else:
                 if isinstance(value, bool) or not isinstance(value, int):
                     self.fail(line, f"budget.{name} must be a whole number, got {_kind(value)}")
                 if not 1 <= value <= MAX_COUNT:
                     self.fail(line, f"budget.{name} must be from 1 to {MAX_COUNT}, got {value!r}")
-                limits[BUDGET_KEYS[name]] = value
-        return Budget(**limits)  # type: ignore[arg-type]
+                counts[name] = value
+        return Budget(
+            max_steps=counts.get("steps"),
+            max_tool_calls=counts.get("tool_calls"),
+            max_tokens=counts.get("tokens"),
+            max_cost=amounts.get("cost"),
+            max_wall_seconds=amounts.get("wall_seconds"),
+        )
 
     def output(self, key: yaml.Node, node: yaml.Node) -> dict[str, Any]:
         value = self.value(node)

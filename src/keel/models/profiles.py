@@ -68,7 +68,10 @@ class ProviderProfile:
     ``"retry"``; a word not in it is recorded and treated as ``stop``. Paths in
     `cached_tokens_paths` and `reasoning_tokens_paths` lead into the response's
     ``usage`` object and are tried in order. `context_overflow_phrases` are lower-case
-    substrings of a 400 error message. `docs` lists the pages the quirks come from.
+    substrings of a 400 error message. `refusal_codes` are error codes of a 400 that
+    refuses the prompt itself (Azure OpenAI's content filter): the run fails
+    ``provider_refused:content_filter``, never retried. `docs` lists the pages the
+    quirks come from.
     """
 
     name: str
@@ -86,6 +89,7 @@ class ProviderProfile:
     out_of_credit_codes: frozenset[str]
     context_overflow_codes: frozenset[str]
     context_overflow_phrases: tuple[str, ...]
+    refusal_codes: frozenset[str]
     docs: tuple[str, ...]
 
 
@@ -93,6 +97,12 @@ _INCLUDE_USAGE: Mapping[str, Any] = MappingProxyType({"include_usage": True})
 _OPENAI_CACHED = ("prompt_tokens_details", "cached_tokens")
 _DEEPSEEK_CACHED = ("prompt_cache_hit_tokens",)
 _REASONING_TOKENS = ("completion_tokens_details", "reasoning_tokens")
+_STANDARD_FINISH = {  # the chat-completions words every profile knows
+    "stop": "stop",
+    "tool_calls": "tool_calls",
+    "length": "length",
+    "content_filter": "content_filter",
+}
 
 DEEPSEEK = ProviderProfile(
     name="deepseek",
@@ -105,19 +115,12 @@ DEEPSEEK = ProviderProfile(
     cached_tokens_paths=(_DEEPSEEK_CACHED, _OPENAI_CACHED),
     reasoning_tokens_paths=(_REASONING_TOKENS,),
     stream_options=_INCLUDE_USAGE,
-    finish_reasons=MappingProxyType(
-        {
-            "stop": "stop",
-            "tool_calls": "tool_calls",
-            "length": "length",
-            "content_filter": "content_filter",
-            "insufficient_system_resource": RETRY,
-        }
-    ),
+    finish_reasons=MappingProxyType({**_STANDARD_FINISH, "insufficient_system_resource": RETRY}),
     out_of_credit_statuses=frozenset({402}),
     out_of_credit_codes=frozenset(),
     context_overflow_codes=frozenset(),
     context_overflow_phrases=("maximum context length",),
+    refusal_codes=frozenset(),
     docs=(
         "https://api-docs.deepseek.com/guides/thinking_mode",
         "https://api-docs.deepseek.com/guides/kv_cache",
@@ -137,19 +140,12 @@ OPENAI = ProviderProfile(
     cached_tokens_paths=(_OPENAI_CACHED,),
     reasoning_tokens_paths=(_REASONING_TOKENS,),
     stream_options=_INCLUDE_USAGE,
-    finish_reasons=MappingProxyType(
-        {
-            "stop": "stop",
-            "tool_calls": "tool_calls",
-            "function_call": "tool_calls",
-            "length": "length",
-            "content_filter": "content_filter",
-        }
-    ),
+    finish_reasons=MappingProxyType({**_STANDARD_FINISH, "function_call": "tool_calls"}),
     out_of_credit_statuses=frozenset(),
     out_of_credit_codes=frozenset({"insufficient_quota", "credit_balance_exhausted"}),
     context_overflow_codes=frozenset({"context_length_exceeded"}),
     context_overflow_phrases=("maximum context length",),
+    refusal_codes=frozenset({"content_filter"}),
     docs=(
         "https://platform.openai.com/docs/api-reference/chat/object",
         "https://platform.openai.com/docs/guides/prompt-caching",
@@ -170,11 +166,8 @@ OPENAI_COMPATIBLE = ProviderProfile(
     stream_options=_INCLUDE_USAGE,
     finish_reasons=MappingProxyType(
         {
-            "stop": "stop",
-            "tool_calls": "tool_calls",
+            **_STANDARD_FINISH,
             "function_call": "tool_calls",
-            "length": "length",
-            "content_filter": "content_filter",
             "insufficient_system_resource": RETRY,
             "error": RETRY,
             "eos_token": "stop",
@@ -188,6 +181,7 @@ OPENAI_COMPATIBLE = ProviderProfile(
         "maximum context length",
         "exceeds the available context size",
     ),
+    refusal_codes=frozenset({"content_filter"}),  # Azure OpenAI's prompt filter
     docs=(
         "https://platform.openai.com/docs/api-reference/chat/object",
         "https://api-docs.deepseek.com/api/create-chat-completion",

@@ -9,7 +9,8 @@ exhausted quota as HTTP 429, like a rate limit, with ``"code": "insufficient_quo
   message says to add credit to the provider account.
 - over-long context (HTTP 400 with a code in ``context_overflow_codes`` or a message
   holding one of ``context_overflow_phrases``): ``reason="context_overflow"``.
-- a refused prompt (HTTP 400 with code ``content_filter``, as Azure OpenAI sends):
+- a refused prompt (HTTP 400 with a code in ``refusal_codes``: Azure OpenAI's
+  ``content_filter``):
   ``reason="provider_refused:content_filter"``, never retried — the same refusal as a
   ``content_filter`` finish reason.
 - 401/403: ``reason="authentication"``, naming the key variable to check.
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
     from keel.models.profiles import ProviderProfile
 
 TRANSIENT_STATUS_CODES = frozenset({408, 409, 425, 429})
-REFUSAL_CODES = frozenset({"content_filter"})  # a 400 refusing the prompt (Azure OpenAI)
 ERROR_BODY_CHARS = 4000
 _EXCERPT_CHARS = 500
 _BODY_SEPARATOR = " — provider's error body: "
@@ -81,7 +81,7 @@ def classify_http_failure(
             status_code=status,
             reason="context_overflow",
         )
-    if status == 400 and _any_in((code, kind), REFUSAL_CODES):
+    if status == 400 and _any_in((code, kind), profile.refusal_codes):
         # Azure OpenAI refuses a prompt its content filter flags with a 400 whose code is
         # content_filter: the same refusal as finish_reason content_filter, never retried.
         return ModelError(
