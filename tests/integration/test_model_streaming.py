@@ -429,3 +429,49 @@ class ExactServer:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
+
+
+# --- bounds on one answer ------------------------------------------------------------------
+
+
+def test_a_stream_kept_alive_past_the_answer_time_is_cut_and_asked_again(
+    provider: FakeProvider, make_model: MakeModel
+) -> None:
+    """Each piece arrives well within the read timeout, so only the bound on the whole
+    attempt stops a server that would trickle (or keep alive) an answer forever."""
+    slow = " ".join(f"word{i}" for i in range(200))
+    provider.reply(content=slow, keepalive=True, delay_per_event=0.02, usage=(3, 2))
+    provider.reply(content="quick answer", usage=(3, 2))
+    watch = Watch()
+
+    turn = make_model(max_answer_seconds=0.3).complete(watch.request())
+
+    assert turn.content == "quick answer"  # the trickled answer was never kept
+    assert len(provider.requests) == 2
+    assert [n.attempt for n in watch.notices] == [1]
+    assert "still arriving after 0.3s" in watch.notices[0].error
+    assert {d.attempt for d in watch.deltas} == {1, 2}
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "json"])
+def test_an_answer_larger_than_the_bound_is_refused_without_reading_it_all(
+    provider: FakeProvider, make_model: MakeModel, stream: bool
+) -> None:
+    provider.reply(content="x" * 200_000, usage=(3, 2))
+    provider.reply(content="never asked", usage=(3, 2))
+
+    with pytest.raises(ModelError, match="the answer passed 65536 bytes") as raised:
+        make_model(max_answer_bytes=65_536, stream=stream).complete(Watch().request())
+
+    assert not raised.value.transient  # a provider gone wrong is not asked again
+    assert len(provider.requests) == 1
+
+
+def test_an_error_body_larger_than_the_bound_is_refused_too(
+    provider: FakeProvider, make_model: MakeModel
+) -> None:
+    provider.raw(500, "E" * 200_000)
+
+    with pytest.raises(ModelError, match="the answer passed 65536 bytes"):
+        make_model(max_answer_bytes=65_536).complete(Watch().request())
+    assert len(provider.requests) == 1

@@ -140,6 +140,8 @@ def test_retry_settings_come_from_the_environment(tmp_path: Path, provider: Fake
         "KEEL_MODEL_TIMEOUT": "0.5",
     }
     model = resolve_model("openai:gpt-4o", cwd=tmp_path, environ=environ)
+    assert isinstance(model, OpenAICompatModel)
+    assert model.max_answer_seconds == 1800.0  # the default bound on one attempt
     with pytest.raises(ModelError, match="gave up after 2 attempt"):
         model.complete(hello())
     assert len(provider.requests) == 2
@@ -153,6 +155,8 @@ def test_retry_settings_come_from_the_environment(tmp_path: Path, provider: Fake
         ("KEEL_MODEL_TIMEOUT", "-1"),
         ("KEEL_MODEL_TIMEOUT", "nan"),
         ("KEEL_MODEL_MAX_WAIT", "inf"),
+        ("KEEL_MODEL_MAX_ANSWER_SECONDS", "0"),
+        ("KEEL_MODEL_MAX_ANSWER_SECONDS", "forever"),
     ],
 )
 def test_a_bad_retry_setting_names_the_variable(tmp_path: Path, name: str, value: str) -> None:

@@ -37,7 +37,8 @@ from __future__ import annotations
 import json
 import math
 import random
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tenacity import RetryCallState, Retrying, retry_if_exception_type
@@ -63,6 +64,8 @@ if TYPE_CHECKING:
     import httpx
 
 _EXCERPT_CHARS = 500
+MAX_ANSWER_BYTES = 64 * 1024 * 1024  # no real answer comes near; a broken server might
+MAX_ANSWER_SECONDS = 1800.0  # one attempt, first byte sent to last byte read
 
 
 class OpenAICompatModel:
@@ -70,9 +73,13 @@ class OpenAICompatModel:
 
     `profile` defaults to `profile_for` the spec's provider at `base_url`; `stream`
     asks for streamed answers. `timeout` bounds each network operation (connect, each
-    read — so a stream may last longer, as long as pieces keep coming) in seconds; the
-    retry settings are described in the module docstring. `api_key_variable` (default:
-    the profile's) only names the variable to check in an authentication error.
+    read — so a stream may last longer, as long as pieces keep coming) in seconds;
+    `max_answer_seconds` bounds one attempt as a whole, so a server that keeps a stream
+    alive with comments forever is cut (a transient failure, retried), and
+    `max_answer_bytes` bounds what one answer may hold (more is a `ModelError`: nothing
+    is kept in memory past it). The retry settings are described in the module
+    docstring. `api_key_variable` (default: the profile's) only names the variable to
+    check in an authentication error.
     """
 
     def __init__(
@@ -89,6 +96,8 @@ class OpenAICompatModel:
         max_wait: float = 60.0,
         initial_wait: float = 1.0,
         timeout: float = 120.0,
+        max_answer_seconds: float = MAX_ANSWER_SECONDS,
+        max_answer_bytes: int = MAX_ANSWER_BYTES,
         api_key_variable: str | None = None,
         jitter: Callable[[], float] = random.random,
     ) -> None:
@@ -98,6 +107,8 @@ class OpenAICompatModel:
             raise ConfigError("max_wait and initial_wait must not be negative")
         if timeout <= 0:
             raise ConfigError(f"timeout must be positive, got {timeout}")
+        if max_answer_seconds <= 0 or max_answer_bytes <= 0:
+            raise ConfigError("max_answer_seconds and max_answer_bytes must be positive")
         self.spec = spec
         self.model = model
         self.base_url = base_url.rstrip("/")
@@ -108,6 +119,8 @@ class OpenAICompatModel:
         self.max_wait = max_wait
         self.initial_wait = initial_wait
         self.timeout = timeout
+        self.max_answer_seconds = max_answer_seconds
+        self.max_answer_bytes = max_answer_bytes
         self.api_key_variable = api_key_variable or self.profile.key_variable
         self._api_key = api_key
         self._jitter = jitter
@@ -190,9 +203,10 @@ class OpenAICompatModel:
         url = self._url
         if url is None:
             url = self._url = httpx.URL(self.endpoint)
+        deadline = time.monotonic() + self.max_answer_seconds
         try:
             with client.stream("POST", url, content=content, headers=headers) as response:
-                payload = self._read(response, request, attempt)
+                payload = self._read(response, request, attempt, deadline)
         except httpx.TimeoutException as exc:
             raise TransientFailure(
                 f"no answer within {self.timeout:g}s ({type(exc).__name__})"
@@ -223,16 +237,19 @@ class OpenAICompatModel:
         return parsed
 
     def _read(
-        self, response: httpx.Response, request: ModelRequest, attempt: int
+        self, response: httpx.Response, request: ModelRequest, attempt: int, deadline: float
     ) -> dict[str, Any]:
-        """The answer as a non-streaming payload, whether it came streamed or not."""
+        """The answer as a non-streaming payload, whether it came streamed or not, read
+        within `deadline` (a monotonic time) and `max_answer_bytes`."""
+        chunks = self._bounded(response.iter_bytes(), deadline)
+        encoding = response.encoding or "utf-8"
         status = response.status_code
         if status != 200:
-            response.read()
+            text = b"".join(chunks).decode(encoding, "replace")
             raise classify_http_failure(
                 self.profile,
                 status=status,
-                text=response.text,
+                text=text,
                 headers=response.headers,
                 spec=self.spec,
                 base_url=self.base_url,
@@ -243,21 +260,39 @@ class OpenAICompatModel:
             accumulator = StreamAccumulator(
                 self.profile.reasoning_fields, on_delta=request.on_delta, attempt=attempt
             )
-            accumulator.feed_lines(body_lines(response.iter_bytes(), response.encoding or "utf-8"))
+            accumulator.feed_lines(body_lines(chunks, encoding))
             return accumulator.payload()
-        response.read()
+        body = b"".join(chunks)
         try:
-            parsed: Any = json.loads(response.content)
+            parsed: Any = json.loads(body)
         except (ValueError, UnicodeDecodeError):
             parsed = None
+        text = body.decode(encoding, "replace")
         if not isinstance(parsed, dict):
             raise TransientFailure(
-                f"HTTP 200 with a body that is not a JSON object: {_excerpt(response.text)}",
+                f"HTTP 200 with a body that is not a JSON object: {_excerpt(text)}",
                 status_code=status,
             )
         if "error" in parsed and not parsed.get("choices"):
-            raise self._error_object(response.text, parsed["error"])
+            raise self._error_object(text, parsed["error"])
         return parsed
+
+    def _bounded(self, chunks: Iterable[bytes], deadline: float) -> Iterator[bytes]:
+        """`chunks` while the answer stays within its size and time bounds."""
+        received = 0
+        for chunk in chunks:
+            received += len(chunk)
+            if received > self.max_answer_bytes:
+                raise ModelError(
+                    f"{self.spec}: the answer passed {self.max_answer_bytes} bytes; "
+                    "refusing to read more of it"
+                )
+            if time.monotonic() > deadline:
+                raise TransientFailure(
+                    f"the answer was still arriving after {self.max_answer_seconds:g}s; "
+                    "cut and asked again"
+                )
+            yield chunk
 
     def _error_object(self, text: str, error: Any) -> ModelError | TransientFailure:
         return classify_error_object(

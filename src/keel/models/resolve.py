@@ -18,7 +18,7 @@ from dotenv import dotenv_values
 
 from keel.core.errors import ConfigError
 from keel.models.base import Model
-from keel.models.openai_compat import OpenAICompatModel
+from keel.models.openai_compat import MAX_ANSWER_SECONDS, OpenAICompatModel
 from keel.models.pricing import load_price_table
 from keel.models.profiles import profile_for
 from keel.models.scripted import ScriptedModel
@@ -50,8 +50,9 @@ def resolve_model(spec: str, *, cwd: Path, environ: Mapping[str, str] | None = N
     The provider profile (`keel.models.profiles.profile_for`) names the key and base-URL
     variables and the provider's quirks. Answers are streamed unless KEEL_MODEL_STREAM
     is 0/false/no/off. Retry settings may be overridden by KEEL_MODEL_MAX_ATTEMPTS,
-    KEEL_MODEL_MAX_WAIT (seconds of backoff in total) and KEEL_MODEL_TIMEOUT (seconds
-    per network operation). Raises `ConfigError` for a malformed spec, an unknown
+    KEEL_MODEL_MAX_WAIT (seconds of backoff in total), KEEL_MODEL_TIMEOUT (seconds
+    per network operation) and KEEL_MODEL_MAX_ANSWER_SECONDS (seconds one attempt may
+    take in all, 1800 by default). Raises `ConfigError` for a malformed spec, an unknown
     provider, a missing API key (naming the variable to set) or a bad setting.
     """
     provider, sep, rest = spec.partition(":")
@@ -96,6 +97,9 @@ def resolve_model(spec: str, *, cwd: Path, environ: Mapping[str, str] | None = N
         max_attempts=_setting(env, "KEEL_MODEL_MAX_ATTEMPTS", int, 5, minimum=1),
         max_wait=_setting(env, "KEEL_MODEL_MAX_WAIT", float, 60.0, minimum=0),
         timeout=_setting(env, "KEEL_MODEL_TIMEOUT", float, 120.0, minimum=0.001),
+        max_answer_seconds=_setting(
+            env, "KEEL_MODEL_MAX_ANSWER_SECONDS", float, MAX_ANSWER_SECONDS, minimum=0.001
+        ),
         api_key_variable=profile.key_variable,
     )
 
