@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from keel.core.errors import KeelError
+from keel.core.text import terminal_safe
 
 DEFAULT_STORE = "sqlite:///.keel/keel.db"
 
@@ -34,13 +35,19 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
+def shown(text: str) -> str:
+    """``text`` to print inside rich markup: its own markup escaped, and no control
+    character left to reach the terminal as an escape sequence (line breaks stay)."""
+    return escape(terminal_safe(text))
+
+
 def store_url(value: str | None) -> str:
     return value or os.environ.get("KEEL_STORE") or DEFAULT_STORE
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
     """One line on stderr, no traceback, then exit with ``code``."""
-    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {shown(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 

@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.markup import escape
 
-from keel.cli.common import DEFAULT_STORE, StoreOption, console, keel_errors, store_url
+from keel.cli.common import DEFAULT_STORE, StoreOption, console, keel_errors, shown, store_url
 from keel.cli.live import describe_event
 from keel.core.budget import Budget
 from keel.core.events import Event, EventType
@@ -46,9 +45,9 @@ def demo_command(
         "the real tools and verifiers.",
     )
     console.print(
-        f"  workspace  {escape(str(target))}  (a git repository)", highlight=False, soft_wrap=True
+        f"  workspace  {shown(str(target))}  (a git repository)", highlight=False, soft_wrap=True
     )
-    console.print(f"  store      {escape(url)}", highlight=False, soft_wrap=True)
+    console.print(f"  store      {shown(url)}", highlight=False, soft_wrap=True)
 
     harness = Harness(store=url, model=f"scripted:{script}", on_event=narrate)
     with harness:
@@ -105,7 +104,7 @@ def narrate(event: Event, state: RunState) -> None:
         line = describe_event(event) or ""
     if line:
         console.print(
-            f"  [dim]#{event.seq:<3}[/] {escape(_fit(line))}", highlight=False, soft_wrap=True
+            f"  [dim]#{event.seq:<3}[/] {shown(_fit(line))}", highlight=False, soft_wrap=True
         )
 
 

@@ -17,10 +17,11 @@ from rich.table import Table
 from rich.text import Text
 
 from keel.cli.common import console
-from keel.cli.runs import event_summary
+from keel.cli.runs import event_summary, excerpt
 from keel.core.budget import Dimension
 from keel.core.events import Event, EventType
 from keel.core.state import RunState
+from keel.core.text import terminal_safe
 from keel.models.base import StreamDelta
 
 STATUS_STYLE = {
@@ -110,7 +111,7 @@ class LiveView:
     def stream_line(self) -> str | None:
         """``model: …`` with the tail of the streaming text on one line of the console (at
         most ``STREAM_SHOWN`` characters of it), or None when nothing streams."""
-        text = " ".join(self.streaming.split())
+        text = excerpt(self.streaming, len(self.streaming) + 1)  # escapes and all, flattened
         if not text:
             return None
         label = {"reasoning": "model (thinking)", "tool_call": "model (calling)"}
@@ -148,7 +149,7 @@ class LiveView:
         todos = Text()
         for todo in state.todos:
             mark = {"completed": "✔", "in_progress": "▶"}.get(todo.status, "·")
-            todos.append(f"{mark} {todo.content}\n")
+            todos.append(f"{mark} {terminal_safe(todo.content)}\n")
         parts: list[RenderableType] = [head, budget]
         if state.todos:
             parts.append(Panel(todos, title="todos", expand=True))

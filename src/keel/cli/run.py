@@ -21,6 +21,7 @@ from keel.cli.common import (
     fail,
     keel_errors,
     print_json,
+    shown,
     store_url,
 )
 from keel.cli.live import LiveView
@@ -31,6 +32,7 @@ from keel.core.errors import LeaseHeld
 from keel.core.events import Event, EventType
 from keel.core.state import RunState
 from keel.core.status import RunStatus
+from keel.core.text import terminal_safe
 from keel.runtime.harness import Harness, RunOutcome
 
 
@@ -242,12 +244,17 @@ def _decide_inline(harness: Harness, outcome: RunOutcome) -> bool:
     if pending is None:
         return False
     if pending.kind == "question":
-        answer = typer.prompt(f"The agent asks: {pending.question}\nanswer", default="")
+        question = terminal_safe(pending.question or "")
+        answer = typer.prompt(f"The agent asks: {question}\nanswer", default="")
         if not answer.strip():
             return False
         harness.answer(outcome.id, answer)
         return True
-    console.print(f"Approval needed: {pending.tool} {pending.arguments} (risk {pending.risk})")
+    console.print(
+        f"Approval needed: {shown(pending.tool or '?')} {shown(str(pending.arguments))} "
+        f"(risk {shown(pending.risk or '')})",
+        highlight=False,
+    )
     choice = typer.prompt("approve? [y]es / [n]o / [l]ater", default="l").strip().lower()
     if choice.startswith("y"):
         harness.approve(outcome.id)
@@ -275,7 +282,7 @@ def _report(outcome: RunOutcome, json_out: bool, store_flag: str) -> None:
     console.print()
     line = f"run {state.run_id}: {state.status.value}"
     if state.reason:
-        line += f" ({state.reason})"
+        line += f" ({shown(state.reason)})"
     console.print(line, highlight=False)
     if state.status is RunStatus.WAITING:
         for text in describe_wait(state, store_flag):
@@ -284,7 +291,7 @@ def _report(outcome: RunOutcome, json_out: bool, store_flag: str) -> None:
         console.print(f"  evidence: {ref}", highlight=False)
     unfinished = (state.result or {}).get("unfinished")
     if unfinished:
-        console.print("  unfinished todos: " + "; ".join(unfinished), highlight=False)
+        console.print("  unfinished todos: " + shown("; ".join(unfinished)), highlight=False)
 
 
 @keel_errors

@@ -14,7 +14,6 @@ from contextlib import contextmanager
 from typing import Any
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from keel.cli.common import (
@@ -26,6 +25,7 @@ from keel.cli.common import (
     fail,
     keel_errors,
     print_json,
+    shown,
     store_url,
 )
 from keel.core.budget import Dimension, Usage
@@ -33,6 +33,7 @@ from keel.core.errors import LogDamaged, RunNotFound
 from keel.core.events import Event, EventType
 from keel.core.state import RunState
 from keel.core.status import RunStatus
+from keel.core.text import printable
 from keel.store.base import Store
 from keel.store.url import open_store
 
@@ -100,15 +101,15 @@ def runs_command(
     for run in runs:
         if isinstance(run, LogDamaged):
             damage = f"event log damaged at seq {run.seq}: {run.detail}"
-            table.add_row(run.run_id, "[bold red]damaged[/]", "-", "-", "-", escape(damage))
+            table.add_row(run.run_id, "[bold red]damaged[/]", "-", "-", "-", shown(damage))
             continue
         table.add_row(
             run.run_id,
             styled_status(run.status),
             str(run.usage.steps),
             short_time(run.updated_at),
-            escape(excerpt(run.goal, 60)),
-            escape(excerpt(run.reason or "", 60)),
+            shown(excerpt(run.goal, 60)),
+            shown(excerpt(run.reason or "", 60)),
         )
     console.print(table)
     damaged = [r.run_id for r in runs if isinstance(r, LogDamaged)]
@@ -165,14 +166,14 @@ def describe_run(run: RunState, *, store_flag: str = "") -> list[str]:
     """The human view of ``run`` as rich-markup lines."""
     lines = [f"[bold]{run.run_id}[/]  {styled_status(run.status)}"]
     if run.reason:
-        lines.append(f"  reason     {escape(run.reason)}")
-    lines.append(f"  goal       {escape(run.goal)}")
-    lines.append(f"  workspace  {escape(run.workspace)}")
+        lines.append(f"  reason     {shown(run.reason)}")
+    lines.append(f"  goal       {shown(run.goal)}")
+    lines.append(f"  workspace  {shown(run.workspace)}")
     if run.parent_id:
         lines.append(f"  parent     {run.parent_id}")
     if run.task_id:
         lines.append(f"  task       {run.task_id}")
-    lines.append(f"  mode       {run.mode}   model {escape(run.options.model or '-')}")
+    lines.append(f"  mode       {run.mode}   model {shown(run.options.model or '-')}")
     lines.append("[bold]budget[/]")
     budget = run.options.budget
     for dim in Dimension:
@@ -184,16 +185,16 @@ def describe_run(run: RunState, *, store_flag: str = "") -> list[str]:
     if run.todos:
         lines.append("[bold]todos[/]")
         marks = {"completed": "[green]✓[/]", "in_progress": "[cyan]…[/]"}
-        lines += [f"  {marks.get(t.status, '·')} {escape(t.content)}" for t in run.todos]
+        lines += [f"  {marks.get(t.status, '·')} {shown(t.content)}" for t in run.todos]
     if run.changed_files:
         lines.append(f"[bold]changed files[/] (revision {run.mutation_revision})")
-        lines += [f"  {escape(p)}  {h[:12]}" for p, h in sorted(run.changed_files.items())]
+        lines += [f"  {shown(p)}  {h[:12]}" for p, h in sorted(run.changed_files.items())]
     if run.validations:
         lines.append("[bold]validations[/]")
         for v in run.validations:
             mark = "[green]passed[/]" if v.passed else f"[red]exit {v.exit_code}[/]"
             lines.append(
-                f"  {mark}  {escape(v.command)}  rev {v.mutation_revision}  "
+                f"  {mark}  {shown(v.command)}  rev {v.mutation_revision}  "
                 f"{v.duration_s:.1f}s  {v.artifact or '-'}"
             )
     if run.approved_plan_sha256:
@@ -201,15 +202,15 @@ def describe_run(run: RunState, *, store_flag: str = "") -> list[str]:
         lines.append(f"  approved   sha256 {run.approved_plan_sha256[:16]}")
         if run.plan_paths is not None:
             named = ", ".join(run.plan_paths) or "none (the plan changes no files)"
-            lines.append(f"  paths      {escape(named)}")
+            lines.append(f"  paths      {shown(named)}")
     if run.grants:
         lines.append("[bold]unused approvals[/]")
         for grant in run.grants.values():
             expiry = f"expires {grant.expires_at}" if grant.expires_at else "no expiry recorded"
-            lines.append(f"  {escape(grant.tool or '?')} (call {grant.call_id})  {expiry}")
+            lines.append(f"  {shown(grant.tool or '?')} (call {grant.call_id})  {expiry}")
     if run.verification_gaps() and not run.status.terminal:
         lines.append("[bold]verification gaps[/]")
-        lines += [f"  {escape(gap)}" for gap in run.verification_gaps()]
+        lines += [f"  {shown(gap)}" for gap in run.verification_gaps()]
     if run.result:
         lines.append("[bold]result[/]")
         lines += describe_result(run.result)
@@ -245,13 +246,13 @@ def describe_result(result: dict[str, Any]) -> list[str]:
     lines = []
     summary = result.get("summary")
     if summary:
-        lines.append(f"  {escape(str(summary))}")
+        lines.append(f"  {shown(str(summary))}")
     evidence = result.get("evidence") or []
     for item in evidence:
-        lines.append(f"  evidence  {escape(item if isinstance(item, str) else compact(item))}")
+        lines.append(f"  evidence  {shown(item if isinstance(item, str) else compact(item))}")
     rest = {k: v for k, v in result.items() if k not in ("summary", "evidence")}
     if rest:
-        lines.append(f"  {escape(compact(rest))}")
+        lines.append(f"  {shown(compact(rest))}")
     return lines
 
 
@@ -267,27 +268,27 @@ def describe_wait(run: RunState, store_flag: str) -> list[str]:
     pending = run.pending
     lines = ["[bold yellow]waiting for[/]"]
     if pending is not None and pending.kind == "question":
-        lines.append(f"  the answer to: {escape(pending.question or '')}")
+        lines.append(f"  the answer to: {shown(pending.question or '')}")
         lines.append(f"  answer:   keel answer {rid} TEXT{store_flag}")
         return lines
     if pending is not None and pending.kind == "plan":
         arguments = pending.arguments or {}
         lines.append(f"  approval of the plan (plan_exit, call {pending.call_id})")
-        lines.append(f"  summary   {escape(str(arguments.get('summary', '')))}")
+        lines.append(f"  summary   {shown(str(arguments.get('summary', '')))}")
         plan = str(arguments.get("plan") or "").strip().splitlines()
-        lines += ["  plan"] + [f"    {escape(text)}" for text in plan]
+        lines += ["  plan"] + [f"    {shown(text)}" for text in plan]
     elif pending is not None:
         what = {"approval": "approval", "unknown_outcome": "a decision on an interrupted call"}
         kind = what.get(pending.kind, f"a decision ({pending.kind})")
-        lines.append(f"  {kind} of {escape(pending.tool or '?')} (call {pending.call_id})")
-        lines.append(f"  arguments {escape(compact(pending.arguments or {}))}")
+        lines.append(f"  {kind} of {shown(pending.tool or '?')} (call {pending.call_id})")
+        lines.append(f"  arguments {shown(compact(pending.arguments or {}))}")
     if pending is not None:
         if pending.risk:
-            lines.append(f"  risk      {escape(pending.risk)}")
+            lines.append(f"  risk      {shown(pending.risk)}")
         if pending.expires_at:
             lines.append(f"  expires   {pending.expires_at}")
     else:
-        lines.append(f"  {escape(run.reason or 'a person')}")
+        lines.append(f"  {shown(run.reason or 'a person')}")
     lines.append(f"  approve:  keel approve {rid}{store_flag}")
     lines.append(f"  deny:     keel approve {rid} --deny --reason TEXT{store_flag}")
     return lines
@@ -339,7 +340,7 @@ def emit_line(event: Event) -> None:
     stamp = event.recorded_at.strftime("%H:%M:%S.%f")[:-3]
     console.print(
         f"{event.seq:>5}  [dim]{stamp}[/]  [bold]{event.type.value:<20}[/] "
-        f"{escape(event_summary(event))}",
+        f"{shown(event_summary(event))}",
         highlight=False,
         soft_wrap=True,
     )
@@ -413,5 +414,7 @@ def compact(value: Any) -> str:
 
 
 def excerpt(text: str, width: int = EXCERPT) -> str:
-    flat = " ".join(text.split())
+    """`text` on one line of at most `width` characters, with no control character left
+    (a model's text must not reach the terminal as an escape sequence)."""
+    flat = " ".join(printable(text, limit=len(text) + 1).split())
     return flat if len(flat) <= width else flat[: width - 1] + "…"

@@ -8,9 +8,9 @@ every edge stays visible.
 
 from __future__ import annotations
 
-from rich.markup import escape
 from rich.tree import Tree
 
+from keel.cli.common import shown
 from keel.core.tasks import Task, TaskStatus, blocked_reason
 
 STATUS_STYLE = {
@@ -42,12 +42,12 @@ def status_markup(task: Task) -> str:
 
 
 def _node_label(task: Task) -> str:
-    parts = [f"{status_markup(task)} [bold]{task.id}[/] {escape(task.subject)}"]
+    parts = [f"{status_markup(task)} [bold]{task.id}[/] {shown(task.subject)}"]
     if task.owner and task.status is TaskStatus.IN_PROGRESS:
-        parts.append(f"[dim]({escape(task.owner)})[/]")
+        parts.append(f"[dim]({shown(task.owner)})[/]")
     reason = blocked_reason(task)
     if reason:
-        parts.append(f"[dim]— {escape(reason)}[/]")
+        parts.append(f"[dim]— {shown(reason)}[/]")
     return " ".join(parts)
 
 

@@ -17,7 +17,15 @@ from enum import StrEnum
 import typer
 from rich.table import Table
 
-from keel.cli.common import JsonOption, StoreOption, console, err_console, keel_errors, print_json
+from keel.cli.common import (
+    JsonOption,
+    StoreOption,
+    console,
+    err_console,
+    keel_errors,
+    print_json,
+    shown,
+)
 from keel.cli.common import store_url as resolve_store_url
 from keel.cli.task_graph import render_mermaid, render_tree, status_markup
 from keel.core.tasks import Task, TaskEvent, TaskStatus, blocked_reason
@@ -65,7 +73,9 @@ def _task_table(tasks: list[Task]) -> Table:
         table.add_column(column)
     for t in tasks:
         waits = blocked_reason(t) or (", ".join(t.blocked_by) if t.blocked_by else "")
-        table.add_row(t.id, status_markup(t), t.subject, t.owner or "", str(t.attempt), waits)
+        table.add_row(
+            t.id, status_markup(t), shown(t.subject), shown(t.owner or ""), str(t.attempt), waits
+        )
     return table
 
 
@@ -84,9 +94,11 @@ def _result_label(task: Task) -> str:
 
 
 def _print_task(task: Task, events: list[TaskEvent] | None = None) -> None:
-    console.print(f"[bold]{task.id}[/] {status_markup(task)}  {task.subject}", highlight=False)
+    console.print(
+        f"[bold]{task.id}[/] {status_markup(task)}  {shown(task.subject)}", highlight=False
+    )
     if task.description:
-        console.print(f"  {task.description}", highlight=False)
+        console.print(f"  {shown(task.description)}", highlight=False)
     rows = [
         ("owner", task.owner or ""),
         ("attempt", str(task.attempt)),
@@ -99,13 +111,14 @@ def _print_task(task: Task, events: list[TaskEvent] | None = None) -> None:
     ]
     for label, value in rows:
         if value:
-            console.print(f"  {label}: {value}", highlight=False)
+            console.print(f"  {label}: {shown(value)}", highlight=False)
     if events is not None:
         console.print("  history:")
         for e in events:
             detail = ", ".join(f"{k}={v}" for k, v in e.data.items() if v not in (None, "", []))
             stamp = e.recorded_at.isoformat(timespec="milliseconds")
-            console.print(f"    {e.seq:>3} {stamp} {e.type} by {e.actor} {detail}", highlight=False)
+            line = f"    {e.seq:>3} {stamp} {e.type} by {shown(e.actor)} {shown(detail)}"
+            console.print(line, highlight=False)
 
 
 @tasks_app.command("create")
@@ -206,8 +219,8 @@ def claim(
         err_console.print("no task is ready to claim")
     else:
         console.print(
-            f"{task.id} claimed by {task.owner} (attempt {task.attempt}, lease until "
-            f"{_when(task)}): {task.subject}",
+            f"{task.id} claimed by {shown(task.owner or '')} (attempt {task.attempt}, lease until "
+            f"{_when(task)}): {shown(task.subject)}",
             highlight=False,
         )
     if task is None:
@@ -232,7 +245,7 @@ def complete(
         return
     console.print(f"{task_id} completed", highlight=False)
     for t in ready:
-        console.print(f"  now ready: {t.id} {t.subject}", highlight=False)
+        console.print(f"  now ready: {t.id} {shown(t.subject)}", highlight=False)
 
 
 @tasks_app.command("fail")
@@ -251,7 +264,7 @@ def fail_(
     if json_out:
         print_json(task.to_dict())
     else:
-        console.print(f"{task.id} failed: {reason}", highlight=False)
+        console.print(f"{task.id} failed: {shown(reason)}", highlight=False)
 
 
 @tasks_app.command("cancel")
@@ -270,9 +283,9 @@ def cancel(
     if json_out:
         print_json({"task": task.to_dict(), "blocked_for_good": [t.id for t in stranded]})
         return
-    console.print(f"{task.id} cancelled: {reason}", highlight=False)
+    console.print(f"{task.id} cancelled: {shown(reason)}", highlight=False)
     for t in stranded:
-        console.print(f"  {t.id} can never be claimed now: {t.subject}", highlight=False)
+        console.print(f"  {t.id} can never be claimed now: {shown(t.subject)}", highlight=False)
 
 
 @tasks_app.command("reopen")

@@ -75,11 +75,25 @@ def has_lone_surrogate(text: str) -> bool:
 def printable(text: str, *, limit: int = 500) -> str:
     """``text`` as one valid, printable line of at most ``limit`` characters (for reasons).
 
-    Control characters (NUL included, which PostgreSQL text refuses) become spaces.
+    Control characters become spaces: C0 (NUL included, which PostgreSQL text refuses),
+    DEL and C1 (``\x9b`` is a terminal's CSI) — so a line shown on a terminal can carry
+    no escape sequence from the model or a provider.
     """
-    fixed = valid_text(text)[0]
-    line = "".join(" " if ord(ch) < 0x20 or ord(ch) == 0x7F else ch for ch in fixed).strip()
+    line = valid_text(text)[0].translate(_CONTROLS_TO_SPACE).strip()
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` valid, with every control character but the line break (C0, DEL, C1)
+    made a space: what a terminal shows of the model's or a provider's words can carry
+    no escape sequence (clearing the screen, retitling the window, writing the
+    clipboard)."""
+    return valid_text(text)[0].translate(_CONTROLS_BUT_NEWLINE)
+
+
+_CONTROL_CODES = (*range(0x20), *range(0x7F, 0xA0))
+_CONTROLS_TO_SPACE = dict.fromkeys(_CONTROL_CODES, " ")
+_CONTROLS_BUT_NEWLINE = {code: " " for code in _CONTROL_CODES if code != 0x0A}
 
 
 __all__ = [
@@ -87,6 +101,7 @@ __all__ = [
     "REPLACEMENT",
     "has_lone_surrogate",
     "printable",
+    "terminal_safe",
     "valid_data",
     "valid_text",
 ]
