@@ -228,3 +228,42 @@ def test_a_verify_command_holding_a_secret_is_refused_and_nothing_is_stored(
         assert secret not in message
     assert harness.store.list_runs() == []
     harness.close()
+
+
+def test_a_provider_error_that_echoes_the_key_is_stored_redacted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OpenAI's 401 quotes the key it was sent; the run keeps the provider's whole
+    error body in its stop reason, and that must not carry the key to the log."""
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    db = tmp_path / "keel.db"
+    body = {
+        "error": {
+            "message": f"Incorrect API key provided: {SECRET}. You can find your API key at …",
+            "type": "invalid_request_error",
+            "code": "invalid_api_key",
+        }
+    }
+    with FakeProvider() as provider:
+        provider.raw(401, json.dumps(body))
+        model = OpenAICompatModel(
+            spec="openai:m", model="m", base_url=provider.base_url, api_key=SECRET
+        )
+        with Harness(store=f"sqlite:///{db}", model=model) as harness:
+            outcome = harness.run("hello", cwd=workspace)
+            logged = json.dumps([e.to_dict() for e in harness.events(outcome.id)])
+
+    assert outcome.status is RunStatus.FAILED
+    assert (outcome.stop_reason or "").startswith("authentication: ")
+    assert "Incorrect API key provided" in logged
+    assert SECRET not in logged
+    raw = sqlite3.connect(db)
+    try:
+        for (data,) in raw.execute("SELECT data FROM events"):
+            assert SECRET not in data
+        for (snapshot,) in raw.execute("SELECT snapshot FROM runs"):
+            assert SECRET not in snapshot
+    finally:
+        raw.close()
