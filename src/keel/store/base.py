@@ -5,6 +5,9 @@ Guarantees every backend gives (checked by ``keel.testing.conformance``):
   of a step's events or none, and only if the caller's ``expected_seq`` is still
   the run's last sequence (else ``ConcurrentUpdate``, nothing written);
 - the stored snapshot is always the fold of the run's events;
+- nothing new starts on a run that has ended: an event that begins something
+  (``keel.store.step.STARTS_ACTION``) is refused with ``InvalidTransition`` once the
+  run is completed, failed, blocked or cancelled; outcomes of what began still land;
 - a write carrying a lease token is refused with ``LeaseLost`` unless that token
   is the run's (or task's) current, unexpired lease;
 - task claims are atomic: two claimers never both win a task;
@@ -144,6 +147,12 @@ class Store(Protocol):
         ``LogDamaged`` instead of hiding the other runs."""
         ...
 
+    def child_runs(self, run_id: str) -> list[RunState]:
+        """The runs created with ``parent_id=run_id`` (its direct children, not theirs),
+        oldest first; RunNotFound for an unknown run, ``LogDamaged`` if a child's log is
+        damaged. Walk it again per child for the whole tree."""
+        ...
+
     def read_events(self, run_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
         """Events with ``seq > after`` in order; RunNotFound for an unknown run;
         ``LogDamaged`` if one of them, or their place in the chain, is not as appended."""
@@ -196,7 +205,11 @@ class Store(Protocol):
     def claim_next_run(
         self, *, owner: str, ttl: float, holder: LeaseHolder | None = None
     ) -> tuple[RunState, Lease] | None:
-        """Lease the oldest queued run, or a running one whose lease expired."""
+        """Lease the oldest queued run, or a running one whose lease expired.
+
+        A queued run with a ``task_id`` (a child run) is never picked: it is executed by
+        whoever claims its task, so it has exactly one executor. A running run whose lease
+        lapsed is picked whatever its task (its executor died)."""
         ...
 
     # --- artifacts -----------------------------------------------------------------

@@ -5,6 +5,9 @@ transition table, normalises each event's data through JSON (so the state a
 writer gets back equals what a reader of the log rebuilds), chains each event's
 hash to the previous one's (``keel.core.chain``) and folds them: the writer hashes
 only its new events, so a step stays O(new events).
+No action starts on an ended run: onto a terminal state (completed, failed, blocked,
+cancelled) ``fold_step`` refuses every event that begins something (``STARTS_ACTION``),
+while the outcomes of what already began stay recordable.
 ``refuse_append`` turns a run's head row into the error that explains why an
 append was not written. Ids for runs, events and artifacts are made here too.
 """
@@ -61,6 +64,30 @@ def artifact_id(content: bytes) -> str:
     return "art_" + hashlib.sha256(content).hexdigest()[:ARTIFACT_ID_HEX]
 
 
+# Events that begin something new: refused once the run has ended. The outcomes of what
+# already began (tool_finished/failed, call_reconciled, process_started/settled,
+# model_responded, subagent_finished, verification_passed/failed) and the record of
+# who holds the run (lease_taken_over, task_linked) stay recordable on an ended run.
+STARTS_ACTION = frozenset(
+    {
+        EventType.TOOL_STARTED,
+        EventType.MODEL_REQUESTED,
+        EventType.VERIFICATION_STARTED,
+        EventType.SUBAGENT_SPAWNED,
+        EventType.APPROVAL_REQUESTED,
+        EventType.INPUT_REQUESTED,
+        EventType.PLAN_WRITTEN,
+        EventType.TODO_UPDATED,
+        EventType.MODE_CHANGED,
+        EventType.NOTE_ADDED,
+        EventType.RUN_RESUMED,
+        EventType.BUDGET_WARNING,
+        EventType.NO_PROGRESS_DETECTED,
+        EventType.RETRY_SCHEDULED,
+    }
+)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FoldedStep:
     """A step folded by its writer, ready to store: the store checks only that
@@ -91,7 +118,8 @@ def fold_step(state: RunState, events: Sequence[NewEvent], *, now: datetime) -> 
     """Number, check, normalise, chain and fold one step's events onto ``state``.
 
     Raises InvalidTransition (nothing to write) if a ``status_changed`` event is
-    not allowed by the transition table at that point of the step.
+    not allowed by the transition table at that point of the step, or if an event
+    that starts something (``STARTS_ACTION``) comes when the run has already ended.
     """
     loads = json.loads
     stored: list[Event] = []
@@ -106,6 +134,12 @@ def fold_step(state: RunState, events: Sequence[NewEvent], *, now: datetime) -> 
     for new in events:
         seq += 1
         data = new.data
+        if new.type in STARTS_ACTION and state.status.terminal:
+            raise InvalidTransition(
+                state.status,
+                new.type.value,
+                f"run {run_id} is {state.status.value}: no new action may start",
+            )
         if new.type is EventType.STATUS_CHANGED:
             data = checked_status_change(state.status, data)
         text = dump_json(data)

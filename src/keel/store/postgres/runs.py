@@ -310,6 +310,18 @@ class PostgresRuns:
                 listed.append(damage)
         return listed
 
+    def child_runs(self, run_id: str) -> list[RunState]:
+        """The run's direct children, oldest first (runs are never deleted, so the
+        parent checked first still exists when its children are read)."""
+        with self._db.connection() as conn:
+            if conn.execute(Q["run_exists"], {"id": run_id}).fetchone() is None:
+                raise RunNotFound(run_id)
+            rows = conn.execute(Q["child_runs"], {"id": run_id}).fetchall()
+        children = [_checked(*row) for row in rows]
+        for child in children:
+            self._remember(child)
+        return children
+
     def read_events(self, run_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
         return log.read_checked(self._db, run_id, after=after, limit=limit)
 

@@ -92,6 +92,19 @@ SELECT r.id, r.last_seq, r.last_hash, r.snapshot,
           AND e.seq >= greatest(least(r.last_seq, (r.snapshot->>'last_seq')::bigint) - 1, 1))
 FROM runs r WHERE r.status = %(status)s ORDER BY r.position DESC LIMIT %(limit)s
 
+-- name: child_runs
+-- A run's direct children, oldest first (index runs_by_parent), each with the rows a
+-- reader checks (as run_state).
+SELECT r.id, r.last_seq, r.last_hash, r.snapshot,
+       (SELECT json_agg(json_build_array(
+                e.seq, e.event_id, e.type,
+                to_char(e.recorded_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"'),
+                e.data::text, e.hash) ORDER BY e.seq)
+        FROM events e
+        WHERE e.run_id = r.id
+          AND e.seq >= greatest(least(r.last_seq, (r.snapshot->>'last_seq')::bigint) - 1, 1))
+FROM runs r WHERE r.parent_id = %(id)s ORDER BY r.position
+
 -- name: run_exists
 SELECT 1 FROM runs WHERE id = %(id)s
 
@@ -132,11 +145,13 @@ WHERE id = %(id)s AND lease_token = %(token)s
 -- name: claim_next_run
 -- Lease the oldest queued run nobody holds, or a running/verifying run nobody holds any
 -- more (its lease ran out or was released): one row, locked with SKIP LOCKED so
--- concurrent claimers take others.
+-- concurrent claimers take others. A queued run with a task (a child run) is never
+-- picked: it is executed by whoever claims its task.
 WITH picked AS (
     SELECT id FROM runs
     WHERE status IN ('queued', 'running', 'verifying')
-      AND ((status = 'queued' AND (lease_expires_at IS NULL OR lease_expires_at <= now()))
+      AND ((status = 'queued' AND task_id IS NULL
+            AND (lease_expires_at IS NULL OR lease_expires_at <= now()))
            OR (status IN ('running', 'verifying') AND lease_expires_at <= now()))
     ORDER BY position
     LIMIT 1

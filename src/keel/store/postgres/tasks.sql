@@ -129,6 +129,9 @@ WITH picked AS (
          WHERE r.status = 'pending' AND r.open_blockers = 0
            AND (r.run_id IS NULL OR NOT EXISTS (
                 SELECT 1 FROM runs w WHERE w.id = r.run_id AND w.status = 'waiting'))
+           -- a child's (or a handoff's) task is work only once its parent linked its run
+           AND (r.run_id IS NOT NULL
+                OR (r.options->>'child_of' IS NULL AND r.options->>'handoff_from' IS NULL))
            AND NOT EXISTS (
                 SELECT 1 FROM task_dependencies d JOIN tasks b ON b.id = d.blocker_id
                 WHERE d.task_id = r.id AND b.status <> 'completed')

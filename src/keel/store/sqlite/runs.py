@@ -317,6 +317,14 @@ class SQLiteRuns:
                     listed.append(damage)
         return listed
 
+    def child_runs(self, run_id: str) -> list[RunState]:
+        """The run's direct children, oldest first, read in one transaction."""
+        with self._db.read() as conn:
+            if conn.execute(Q["run_exists"], (run_id,)).fetchone() is None:
+                raise RunNotFound(run_id)
+            rows = conn.execute(Q["child_runs"], (run_id,)).fetchall()
+            return [self._state_at(conn, child_id, last_seq) for child_id, last_seq in rows]
+
     def read_events(self, run_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
         with self._db.read() as conn:
             return log.read_checked(conn, run_id, after=after, limit=limit)

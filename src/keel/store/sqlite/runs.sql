@@ -49,6 +49,10 @@ SELECT last_seq FROM runs WHERE id = ?
 -- name: list_runs
 SELECT id, last_seq FROM runs ORDER BY created_at DESC, rowid DESC LIMIT ?
 
+-- name: child_runs
+-- A run's direct children, oldest first (index runs_by_parent).
+SELECT id, last_seq FROM runs WHERE parent_id = ? ORDER BY created_at, rowid
+
 -- name: list_runs_by_status
 SELECT id, last_seq FROM runs WHERE status = ? ORDER BY created_at DESC, rowid DESC LIMIT ?
 
@@ -90,9 +94,10 @@ WHERE id = ? AND lease_token = ?
 -- The oldest queued run nobody holds, or a running/verifying run nobody holds any more: its
 -- holder's lease ran out (it died) or was released (Ctrl-C, a graceful stop, or the run
 -- waited for a person who has now answered). A run just created to be driven by its own
--- process has no lease at all (NULL) and is not taken from under it.
+-- process has no lease at all (NULL) and is not taken from under it. A queued run with a
+-- task (a child run) is never picked: it is executed by whoever claims its task.
 SELECT id FROM runs
-WHERE (status = 'queued'
+WHERE (status = 'queued' AND task_id IS NULL
        AND (lease_expires_at IS NULL
             OR lease_expires_at <= ((julianday('now') - 2440587.5) * 86400.0)))
    OR (status IN ('running', 'verifying')

@@ -120,6 +120,10 @@ pick (id, position) AS (
           AND (run_id IS NULL
                OR NOT EXISTS (SELECT 1 FROM runs r
                               WHERE r.id = tasks.run_id AND r.status = 'waiting'))
+          -- a child's (or a handoff's) task is work only once its parent linked its run
+          AND (run_id IS NOT NULL
+               OR (json_extract(options, '$.child_of') IS NULL
+                   AND json_extract(options, '$.handoff_from') IS NULL))
         ORDER BY position LIMIT 1)
     UNION ALL
     SELECT id, position FROM (
