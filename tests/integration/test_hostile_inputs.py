@@ -308,6 +308,27 @@ HOSTILE_ARGUMENTS: dict[str, list[Any]] = {
     "cancel_task": [{"task_id": "\ud800", "reason": "\x00"}, {"task_id": 7}],
     "request_completion": [{"summary": "done \ud800"}],
     "ask_user": [{"question": "why \ud800?"}],
+    "agent_spawn": [
+        {"agent": "../../etc/passwd", "task": "x"},
+        {"agent": "nope", "task": "\ud800\x00"},
+        {"agent": "explorer", "task": ""},
+        {"agent": "explorer", "task": "x", "inputs": "not an object"},
+        {"agent": "explorer", "task": "x", "on_failure": "explode"},
+        {"agent": "E" * 100, "task": "x"},
+    ],
+    "agent_wait": [
+        {"ids": []},
+        {"ids": ["\x00", "run_\ud800"]},
+        {"ids": ["task_nope"], "timeout_seconds": -1},
+        {"ids": "all"},
+    ],
+    "agent_result": [{"id": "\ud800"}, {"id": "task_nope"}, {"id": 7}],
+    "handoff": [{"agent": "nope", "note": "x"}, {"agent": "../x", "note": "\ud800"}],
+    "apply_patch": [
+        {"artifact": "art_nope"},
+        {"artifact": "../../etc/passwd"},
+        {"artifact": "\x00"},
+    ],
 }
 
 

@@ -41,6 +41,8 @@ PINNED = {
     "LEASE_TAKEN_OVER": "lease_taken_over",
     "WORKSPACE_CHANGED": "workspace_changed",
     "POLICY_CHANGED": "policy_changed",
+    "WAITING_ON_CHILD": "waiting_on_child",
+    "HANDED_OFF": "handed_off",
 }
 
 

@@ -213,7 +213,9 @@ def test_control_tools_have_specs_and_arguments_but_are_not_executed(ctx: ToolCo
         item = registry.get(name)
         assert item.control and item.effect is Effect.STATE
         assert item.spec()["parameters"]["required"] == [arg]
-        assert registry.parse_arguments(name, {arg: "text"}).model_dump() == {arg: "text"}
+        assert registry.parse_arguments(name, {arg: "text"}).model_dump(exclude_none=True) == {
+            arg: "text"
+        }
         with pytest.raises(ToolArgumentError, match=f"{arg}: String should have at least 1"):
             registry.parse_arguments(name, {arg: ""})
         with pytest.raises(UsageError, match="control tool"):
@@ -244,6 +246,7 @@ def test_builtins_have_the_contracted_names_effects_and_recovery() -> None:
             Recovery.VERIFY_THEN_CONTINUE,
             ["path", "old_text", "new_text"],
         ),
+        "apply_patch": (Effect.WRITE, Recovery.VERIFY_THEN_CONTINUE, ["artifact"]),
         "run_command": (Effect.EXECUTE, Recovery.MANUAL, ["argv", "timeout_seconds"]),
         "todo_write": (Effect.STATE, Recovery.IDEMPOTENT, ["todos"]),
     }

@@ -109,6 +109,22 @@ class Usage:
             reasoning_tokens=self.reasoning_tokens + _count(usage.get("reasoning_tokens")),
         )
 
+    def absorb(self, child: Mapping[str, Any]) -> Usage:
+        """This usage with a child run's tokens (every kind) and cost added (a
+        ``Usage.to_dict()``): the tree shares one token and cost budget. Steps, tool
+        calls and wall time are each run's own and stay as they are."""
+        return Usage(
+            steps=self.steps,
+            tool_calls=self.tool_calls,
+            tokens=self.tokens + _count(child.get("tokens")),
+            cost=round(self.cost + _money(child.get("cost")), 10),
+            wall_seconds=self.wall_seconds,
+            input_tokens=self.input_tokens + _count(child.get("input_tokens")),
+            cached_input_tokens=self.cached_input_tokens + _count(child.get("cached_input_tokens")),
+            output_tokens=self.output_tokens + _count(child.get("output_tokens")),
+            reasoning_tokens=self.reasoning_tokens + _count(child.get("reasoning_tokens")),
+        )
+
     @property
     def cache_hit_ratio(self) -> float | None:
         """Cached input tokens over input tokens; None before any input was counted."""
@@ -153,6 +169,14 @@ def _count(value: Any) -> int:
     if isinstance(value, float) and math.isfinite(value):
         return max(0, int(value))
     return 0
+
+
+def _money(value: Any) -> float:
+    """A recorded cost; anything that is not a finite, non-negative number counts 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0.0
+    number = float(value)
+    return number if math.isfinite(number) and number > 0 else 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -66,6 +66,12 @@ class InputRequired(Signal):
         self.question = question
 
 
+class StopRequested(Signal):
+    """The process was asked to stop while a call waited on something that stopped with it
+    (a foreground child stopped between its steps): the call stays unanswered, and a
+    resume of the run makes it again (a spawn re-attaches to its child)."""
+
+
 # --- misuse --------------------------------------------------------------------------
 
 

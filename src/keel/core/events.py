@@ -48,6 +48,8 @@ class EventType(StrEnum):
     LEASE_TAKEN_OVER = "lease_taken_over"  # the dead local holder's owner, host, pid; why
     WORKSPACE_CHANGED = "workspace_changed"  # files changed while stopped: path -> sha256 now
     POLICY_CHANGED = "policy_changed"  # the policy file read again on resume: new rules, summary
+    WAITING_ON_CHILD = "waiting_on_child"  # call id, child run id, what the child waits for
+    HANDED_OFF = "handed_off"  # the run that takes over (handoff), the agent, the note
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -32,9 +32,17 @@ class RunOptions:
     plan_then: str | None = None
     policy: dict[str, Any] | None = None
     sandbox: dict[str, Any] | None = None  # SandboxSettings.to_dict(); None: the defaults
+    # --- delegation (``keel.runtime.delegation``); a top-level run keeps the defaults ---
+    tools: tuple[str, ...] | None = None  # the only tools the run is offered; None: all
+    depth: int = 0  # 0 for a top-level run, the parent's depth + 1 for a child
+    root_id: str | None = None  # the tree's top-level run (None on that run itself)
+    agent: dict[str, Any] | None = None  # name, digest, version, source of the agent spec
+    output_schema: dict[str, Any] | None = None  # what request_completion's output must match
+    workspace_kind: str | None = None  # isolated | shared-readonly | shared (children only)
+    isolated: dict[str, Any] | None = None  # the isolated workspace (runtime.worktrees)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d: dict[str, Any] = {
             "model": self.model,
             "mode": self.mode,
             "verify": list(self.verify),
@@ -45,6 +53,17 @@ class RunOptions:
             "policy": self.policy,
             "sandbox": self.sandbox,
         }
+        # A child's fields are stored only when set: a top-level run's options read as
+        # they always have.
+        if self.tools is not None:
+            d["tools"] = list(self.tools)
+        if self.depth:
+            d["depth"] = self.depth
+        for key in ("root_id", "agent", "output_schema", "workspace_kind", "isolated"):
+            value = getattr(self, key)
+            if value is not None:
+                d[key] = value
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunOptions:
@@ -58,7 +77,18 @@ class RunOptions:
             plan_then=d.get("plan_then"),
             policy=d.get("policy"),
             sandbox=d.get("sandbox"),
+            tools=None if d.get("tools") is None else tuple(d["tools"]),
+            depth=int(d.get("depth", 0)),
+            root_id=d.get("root_id"),
+            agent=d.get("agent"),
+            output_schema=d.get("output_schema"),
+            workspace_kind=d.get("workspace_kind"),
+            isolated=d.get("isolated"),
         )
+
+    @property
+    def is_child(self) -> bool:
+        return self.depth > 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,7 +140,7 @@ class ValidationRecord:
 class PendingRequest:
     """What a waiting run waits for: an approval, an answer, or an unknown outcome."""
 
-    kind: str  # "approval" | "question" | "unknown_outcome"
+    kind: str  # "approval" | "question" | "unknown_outcome" | "child_failure" | "child"
     call_id: str
     tool: str | None = None
     arguments: dict[str, Any] | None = None

@@ -12,7 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from keel.core import children as kids
 from keel.core.budget import Usage
+from keel.core.children import ChildRecord
 from keel.core.events import Event, EventType, NewEvent
 from keel.core.guard import PLAN_FILE
 from keel.core.records import (
@@ -24,6 +26,7 @@ from keel.core.records import (
     canonical_json,
     in_plan_paths,
 )
+from keel.core.snapshot import snapshot_of, state_from_snapshot
 from keel.core.status import RunStatus, check_transition
 
 RECENT_WINDOW = 3  # how many recent calls / errors the no-progress check looks at
@@ -64,6 +67,11 @@ class RunState:
     truncated_turns: int = 0  # model turns running cut at the output length limit
     task_id: str | None = None
     result: dict[str, Any] | None = None
+    # --- delegation (keel.core.children) ---
+    children: dict[str, ChildRecord] = field(default_factory=dict)  # by child run id
+    child_failure: dict[str, Any] | None = None  # a fail_fast child failed: the run fails
+    escalation: dict[str, Any] | None = None  # a child failed: a person decides what next
+    handoff: dict[str, Any] | None = None  # the run that took over (the run then completes)
     last_seq: int = 0
     last_hash: str = ""  # chain hash of event last_seq (keel.core.chain); "" before any
     updated_at: str | None = None
@@ -150,77 +158,11 @@ class RunState:
     # --- snapshot ------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "parent_id": self.parent_id,
-            "goal": self.goal,
-            "workspace": self.workspace,
-            "options": self.options.to_dict(),
-            "status": self.status.value,
-            "reason": self.reason,
-            "usage": self.usage.to_dict(),
-            "warned": list(self.warned),
-            "todos": [t.to_dict() for t in self.todos],
-            "changed_files": dict(self.changed_files),
-            "mutation_revision": self.mutation_revision,
-            "validations": [v.to_dict() for v in self.validations],
-            "pending": self.pending.to_dict() if self.pending else None,
-            "turn_calls": [dict(c) for c in self.turn_calls],
-            "open_calls": dict(self.open_calls),
-            "grants": {digest: g.to_dict() for digest, g in self.grants.items()},
-            "mode": self.mode,
-            "plan": self.plan,
-            "approved_plan_sha256": self.approved_plan_sha256,
-            "plan_paths": None if self.plan_paths is None else list(self.plan_paths),
-            "notes": list(self.notes),
-            "recent_calls": list(self.recent_calls),
-            "recent_errors": list(self.recent_errors),
-            "failed_attempts": self.failed_attempts,
-            "no_progress_step": self.no_progress_step,
-            "truncated_turns": self.truncated_turns,
-            "task_id": self.task_id,
-            "result": self.result,
-            "last_seq": self.last_seq,
-            "last_hash": self.last_hash,
-            "updated_at": self.updated_at,
-        }
+        return snapshot_of(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunState:
-        return cls(
-            run_id=d["run_id"],
-            parent_id=d.get("parent_id"),
-            goal=d.get("goal", ""),
-            workspace=d.get("workspace", ""),
-            options=RunOptions.from_dict(d.get("options", {})),
-            status=RunStatus(d["status"]),
-            reason=d.get("reason"),
-            usage=Usage.from_dict(d.get("usage", {})),
-            warned=tuple(d.get("warned", ())),
-            todos=tuple(Todo(**t) for t in d.get("todos", ())),
-            changed_files=dict(d.get("changed_files", {})),
-            mutation_revision=int(d.get("mutation_revision", 0)),
-            validations=tuple(ValidationRecord.from_dict(v) for v in d.get("validations", ())),
-            pending=PendingRequest.from_dict(d["pending"]) if d.get("pending") else None,
-            turn_calls=tuple(dict(c) for c in d.get("turn_calls", ())),
-            open_calls=dict(d.get("open_calls", {})),
-            grants={k: Grant.from_value(v) for k, v in (d.get("grants") or {}).items()},
-            mode=d.get("mode", "edit"),
-            plan=d.get("plan"),
-            approved_plan_sha256=d.get("approved_plan_sha256"),
-            plan_paths=None if d.get("plan_paths") is None else tuple(d["plan_paths"]),
-            notes=tuple(d.get("notes", ())),
-            recent_calls=tuple(d.get("recent_calls", ())),
-            recent_errors=tuple(d.get("recent_errors", ())),
-            failed_attempts=int(d.get("failed_attempts", 0)),
-            no_progress_step=d.get("no_progress_step"),
-            truncated_turns=int(d.get("truncated_turns", 0)),
-            task_id=d.get("task_id"),
-            result=d.get("result"),
-            last_seq=int(d.get("last_seq", 0)),
-            last_hash=str(d.get("last_hash") or ""),
-            updated_at=d.get("updated_at"),
-        )
+        return state_from_snapshot(d)
 
 
 def _evolve(state: RunState, **changes: Any) -> RunState:
@@ -351,6 +293,8 @@ def _process_settled(s: RunState, d: dict[str, Any]) -> RunState:
 
 
 def _tool_finished(s: RunState, d: dict[str, Any]) -> RunState:
+    if s.escalation is not None and d.get("call_id") == s.escalation.get("retry_call"):
+        s = _evolve(s, escalation=None)  # the retry a person asked for was made
     changed: dict[str, str] = d.get("changed_files") or {}
     open_calls = {k: v for k, v in s.open_calls.items() if k != d.get("call_id")}
     signature = call_signature(d.get("tool", ""), d.get("arguments"))
@@ -369,6 +313,8 @@ def _tool_finished(s: RunState, d: dict[str, Any]) -> RunState:
 
 
 def _tool_failed(s: RunState, d: dict[str, Any]) -> RunState:
+    if s.escalation is not None and d.get("call_id") == s.escalation.get("retry_call"):
+        s = _evolve(s, escalation=None)  # the retry was tried; its failure is the model's
     open_calls = {k: v for k, v in s.open_calls.items() if k != d.get("call_id")}
     changed: dict[str, str] = d.get("changed_files") or {}
     signature = call_signature(d.get("tool", ""), d.get("arguments"))
@@ -439,6 +385,8 @@ def _approval_requested(s: RunState, d: dict[str, Any]) -> RunState:
 
 
 def _approval_granted(s: RunState, d: dict[str, Any]) -> RunState:
+    if d.get("kind") == "child_failure" and s.escalation is not None:
+        return _evolve(s, pending=None, escalation={**s.escalation, "decision": "retry"})
     grants = s.grants
     if d.get("digest"):
         grant = Grant(call_id=d["call_id"], tool=d.get("tool"), expires_at=d.get("expires_at"))
@@ -447,6 +395,14 @@ def _approval_granted(s: RunState, d: dict[str, Any]) -> RunState:
 
 
 def _approval_denied(s: RunState, d: dict[str, Any]) -> RunState:
+    if d.get("kind") == "child_failure" and s.escalation is not None:
+        decision = {
+            **s.escalation,
+            "decision": "give_up",
+            "by": d.get("by"),
+            "why": d.get("reason"),
+        }
+        return _evolve(s, pending=None, escalation=decision)
     return _evolve(s, pending=None)
 
 
@@ -457,7 +413,12 @@ def _input_requested(s: RunState, d: dict[str, Any]) -> RunState:
 
 
 def _input_received(s: RunState, d: dict[str, Any]) -> RunState:
-    return _evolve(s, pending=None, turn_calls=_answered(s, d.get("call_id")))
+    escalation = s.escalation
+    if escalation is not None and d.get("call_id") == escalation.get("call_id"):
+        escalation = None  # a person's instruction about a failed child: the model has it
+    return _evolve(
+        s, pending=None, turn_calls=_answered(s, d.get("call_id")), escalation=escalation
+    )
 
 
 def _budget_warning(s: RunState, d: dict[str, Any]) -> RunState:
@@ -515,6 +476,48 @@ def _policy_changed(s: RunState, d: dict[str, Any]) -> RunState:
     return _evolve(s, options=replace(s.options, policy=d.get("policy")))
 
 
+def _subagent_spawned(s: RunState, d: dict[str, Any]) -> RunState:
+    return _evolve(s, children=kids.spawned(s.children, d))
+
+
+def _subagent_finished(s: RunState, d: dict[str, Any]) -> RunState:
+    """A child ended: its reservation goes, its tokens and cost count as the parent's, and
+    a failure under fail_fast or escalate marks what the decision must do next."""
+    children, usage, news = kids.finished(s.children, s.usage, d)
+    if not news:
+        return s
+    policy, child = d.get("policy"), str(d.get("child_run_id"))
+    failure = {"child_run_id": child, "status": d.get("status"), "reason": d.get("reason")}
+    if policy == "fail_fast":
+        return _evolve(s, children=children, usage=usage, child_failure=failure)
+    if policy == "escalate":
+        escalation = {
+            **failure,
+            "call_id": f"escalate:{child}",
+            "retry_call": f"retry:{child}",
+            "agent": d.get("agent"),
+            "task": d.get("task"),
+            "inputs": d.get("inputs"),
+            "decision": None,
+        }
+        return _evolve(s, children=children, usage=usage, escalation=escalation)
+    return _evolve(s, children=children, usage=usage)
+
+
+def _waiting_on_child(s: RunState, d: dict[str, Any]) -> RunState:
+    pending = PendingRequest(
+        kind="child",
+        call_id=str(d.get("call_id", "")),
+        tool=d.get("tool"),
+        arguments={"child_run_id": d.get("child_run_id"), "what": d.get("what")},
+    )
+    return _evolve(s, pending=pending)
+
+
+def _handed_off(s: RunState, d: dict[str, Any]) -> RunState:
+    return _evolve(s, handoff={"run_id": d.get("run_id"), "agent": d.get("agent")})
+
+
 def _unchanged(s: RunState, d: dict[str, Any]) -> RunState:
     return s
 
@@ -544,8 +547,8 @@ _APPLY = {
     EventType.VERIFICATION_STARTED: _unchanged,
     EventType.VERIFICATION_PASSED: _verification_done,
     EventType.VERIFICATION_FAILED: _verification_done,
-    EventType.SUBAGENT_SPAWNED: _unchanged,
-    EventType.SUBAGENT_FINISHED: _unchanged,
+    EventType.SUBAGENT_SPAWNED: _subagent_spawned,
+    EventType.SUBAGENT_FINISHED: _subagent_finished,
     EventType.NO_PROGRESS_DETECTED: _no_progress,
     EventType.RETRY_SCHEDULED: _unchanged,
     EventType.CONTEXT_COMPACTED: _unchanged,
@@ -555,6 +558,8 @@ _APPLY = {
     EventType.LEASE_TAKEN_OVER: _unchanged,
     EventType.WORKSPACE_CHANGED: _workspace_changed,
     EventType.POLICY_CHANGED: _policy_changed,
+    EventType.WAITING_ON_CHILD: _waiting_on_child,
+    EventType.HANDED_OFF: _handed_off,
 }
 
 __all__ = ["UNRUN_FINISH_REASONS", "RunState", "call_signature", "calls_run", "transition"]

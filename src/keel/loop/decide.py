@@ -9,11 +9,14 @@ approvals, completion by evidence — is decided here and tested without I/O.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from keel.core.budget import Dimension
+from keel.core.children import output_problems
 from keel.core.errors import ToolError
 from keel.core.events import EventType, NewEvent
+from keel.core.records import canonical_json
 from keel.core.state import RunState, transition
 from keel.core.status import RunStatus
 from keel.loop.actions import (
@@ -81,6 +84,9 @@ def decide(state: RunState, sit: Situation) -> Action:
     if status is RunStatus.VERIFYING:
         return RunVerifiers(commands=state.options.verify)
     # running
+    delegated = _delegation(state)
+    if delegated is not None:
+        return delegated
     if state.open_calls:
         return reconcile(state, sit, next(iter(state.open_calls.values())))
     if state.turn_calls:
@@ -95,8 +101,137 @@ def decide(state: RunState, sit: Situation) -> Action:
     return _before_model(state)
 
 
+def _delegation(state: RunState) -> Action | None:
+    """What a child's end, a waiting child or a handoff asks of the parent, if anything.
+
+    Checked before anything else a running parent does: a fail_fast child failed (the
+    run fails), a child failed under escalate (a person decides: retry, give up or
+    instruct), a child the parent waits for waits for a person (so does the parent), or
+    the run handed its work over (it completes, naming who took over).
+    """
+    if state.child_failure is not None:
+        child = state.child_failure["child_run_id"]
+        return Commit(
+            events=(
+                transition(
+                    state,
+                    RunStatus.FAILED,
+                    f"child_failed:{child}",
+                    result={
+                        "unfinished": state.unfinished_todos(),
+                        "child": dict(state.child_failure),
+                    },
+                ),
+            )
+        )
+    if state.escalation is not None:
+        return _escalation(state, state.escalation)
+    pending = state.pending
+    if pending is not None and pending.kind == "child":
+        child = (pending.arguments or {}).get("child_run_id")
+        return Commit(events=(transition(state, RunStatus.WAITING, f"child_waiting:{child}"),))
+    if state.handoff is not None:
+        # Responsibility moved: the run completes without verifiers of its own (the run
+        # that took over is verified when it completes), through verifying as the
+        # transition table requires.
+        target = state.handoff.get("run_id")
+        handing = replace(state, status=RunStatus.VERIFYING)
+        return Commit(
+            events=(
+                transition(state, RunStatus.VERIFYING, f"handing off to {target}"),
+                transition(
+                    handing,
+                    RunStatus.COMPLETED,
+                    f"handed_off:{target}",
+                    result={
+                        "outcome": "handed_off",
+                        "handed_off_to": target,
+                        "agent": state.handoff.get("agent"),
+                        "summary": f"handed off to run {target}",
+                        "unfinished": state.unfinished_todos(),
+                    },
+                ),
+            )
+        )
+    return None
+
+
+def _escalation(state: RunState, escalation: dict[str, Any]) -> Action:
+    child = escalation["child_run_id"]
+    decision = escalation.get("decision")
+    if decision == "give_up":
+        return Commit(
+            events=(
+                transition(
+                    state,
+                    RunStatus.FAILED,
+                    f"child_failed:{child}",
+                    result={
+                        "unfinished": state.unfinished_todos(),
+                        "child": {
+                            k: escalation.get(k) for k in ("child_run_id", "status", "reason")
+                        },
+                        "given_up_by": escalation.get("by"),
+                        "why": escalation.get("why"),
+                    },
+                ),
+            )
+        )
+    if decision == "retry":
+        return RunTool(
+            call_id=str(escalation["retry_call"]),
+            tool="agent_spawn",
+            arguments={
+                "agent": escalation.get("agent"),
+                "task": escalation.get("task") or "",
+                "inputs": escalation.get("inputs"),
+                "background": True,
+                "on_failure": "escalate",
+            },
+            effect="state",
+            recovery="idempotent",
+        )
+    return Commit(
+        events=(
+            NewEvent(
+                type=EventType.APPROVAL_REQUESTED,
+                data={
+                    "kind": "child_failure",
+                    "call_id": escalation["call_id"],
+                    "tool": "agent_spawn",
+                    "arguments": {
+                        "child_run_id": child,
+                        "agent": escalation.get("agent"),
+                        "task": escalation.get("task"),
+                        "status": escalation.get("status"),
+                        "reason": escalation.get("reason"),
+                    },
+                    "risk": "medium",
+                    "why": (
+                        f"child {child} ({escalation.get('agent')}) ended "
+                        f"{escalation.get('status')}: {escalation.get('reason')}. Approve to "
+                        "retry with a fresh child, deny with a reason to give up (the run "
+                        "fails), or answer with an instruction for this run"
+                    ),
+                },
+            ),
+            transition(state, RunStatus.WAITING, f"child_failure:{child}"),
+        )
+    )
+
+
 def _decide_waiting(state: RunState, sit: Situation) -> Action:
     pending = state.pending
+    if pending is not None and pending.kind == "child":
+        child = str((pending.arguments or {}).get("child_run_id"))
+        now = sit.child_statuses.get(child)
+        if now is not None and now != RunStatus.WAITING.value:
+            note = (
+                f"Child run {child} no longer waits for a person (it is {now} now). Collect "
+                f'its result with agent_wait(["{child}"]) or agent_result("{child}").'
+            )
+            return Commit(events=(note_event(note), transition(state, RunStatus.RUNNING, None)))
+        return Halt(status=RunStatus.WAITING)
     if pending is not None and pending.expires_at and is_expired(pending.expires_at, sit.now):
         return Commit(
             events=(
@@ -450,13 +585,32 @@ def _control(
     """The events of a control tool; a grant it ran under is spent by its ``tool_finished``."""
     if name == "request_completion":
         summary = str(args.get("summary", ""))
+        schema = state.options.output_schema
+        output = args.get("output")
+        if schema is not None:
+            problems = output_problems(schema, output) if output is not None else ["missing"]
+            if problems:
+                return (
+                    failed_event(
+                        call_id,
+                        name,
+                        args,
+                        "invalid_output",
+                        "your structured result (request_completion's `output`) does not "
+                        "match the schema your parent asked for: "
+                        + "; ".join(problems)
+                        + ". Call request_completion again with an `output` matching: "
+                        + canonical_json(schema)[:4000],
+                    ),
+                )
+        result: dict[str, Any] = {"summary": summary}
+        if output is not None:
+            result["output"] = output
         return (
             finished_event(
                 call_id, name, args, "completion requested: the harness runs the verifiers", grant
             ),
-            transition(
-                state, RunStatus.VERIFYING, "completion requested", result={"summary": summary}
-            ),
+            transition(state, RunStatus.VERIFYING, "completion requested", result=result),
         )
     if name == "ask_user":
         question = str(args["question"])

@@ -30,6 +30,7 @@ from keel.core.errors import (
     InvalidTransition,
     LeaseLost,
     ModelError,
+    StopRequested,
     StoreError,
     ToolError,
 )
@@ -119,6 +120,9 @@ class Driver:
     settings: SandboxSettings = field(default_factory=SandboxSettings)
     secrets: SecretSource | None = None  # None: only the environment's secrets are known
     on_delta: DeltaSink | None = None  # a streaming model's pieces, for watching; never stored
+    # Children (keel.runtime.delegation.Delegation): answers the delegation tools and looks
+    # at the run's background children between steps. None: this run spawns nothing.
+    delegation: Any = None
     transcript: Transcript = field(init=False)
     workspace: Path = field(init=False)
     _catalog: RegistryCatalog = field(init=False)
@@ -180,6 +184,10 @@ class Driver:
             if self.should_stop is not None and self.should_stop():
                 self.flush()
                 return self.state  # stopped between steps: the run stays resumable
+            if self.delegation is not None and self.state.children:
+                ended = self.delegation.between_steps(self.state)
+                if ended:
+                    self.commit(ended)
             action = decide(self.state, self._situation())
             if isinstance(action, Halt):
                 self.flush()
@@ -189,7 +197,12 @@ class Driver:
             elif isinstance(action, CallModel):
                 self._call_model(action)
             elif isinstance(action, RunTool):
-                self._run_tool(action)
+                try:
+                    self._run_tool(action)
+                except StopRequested:
+                    self.flush()
+                    return self.state  # a foreground child stopped with us: resumable
+
             elif isinstance(action, ReconcileCall):
                 self._reconcile(action)
             elif isinstance(action, SettleProcess):
@@ -198,11 +211,17 @@ class Driver:
                 self._verify(action)
 
     def _situation(self) -> Situation:
+        waiting_on_child = (
+            self.delegation is not None
+            and self.state.pending is not None
+            and self.state.pending.kind == "child"
+        )
         return Situation(
             catalog=self._catalog,
             gate=TotalGate(self.gate),
             workspace=self.workspace,
             now=datetime.now(UTC),
+            child_statuses=self.delegation.child_statuses(self.state) if waiting_on_child else {},
         )
 
     # --- recording -----------------------------------------------------------------------
@@ -353,7 +372,15 @@ class Driver:
                 (lambda pgid: self._spawned(action, pgid, deadline)) if action is not None else None
             ),
             deadline=deadline,
+            delegation=self.delegation,
+            record=self._record_mid_call,
+            should_stop=self.should_stop,
         )
+
+    def _record_mid_call(self, events: Sequence[NewEvent]) -> None:
+        """Commit events a call makes on the way (a spawn is on record before its child
+        runs)."""
+        self.commit(list(events))
 
     def _deadline(self, limit_s: float) -> float:
         """When a call must stop: its own limit, never past the run's remaining wall time."""
@@ -417,6 +444,10 @@ class Driver:
         self._execute(action, args)
 
     def _execute(self, action: RunTool, args: Any) -> None:
+        if self.state.status.terminal:
+            # Another writer ended the run (``keel cancel``) just before the call's start
+            # was stored: its tool_started was refused (``fold_step``), so it never runs.
+            return
         tool = self.registry.get(action.tool)
         if action.effect in SIDE_EFFECTS:
             self._confirm_lease()
@@ -562,6 +593,8 @@ class Driver:
                 )
             ]
         )
+        if self.state.status.terminal:
+            return  # cancelled before verification_started was stored: nothing runs
         started = time.monotonic()
         records, diff_artifact = check_workspace(
             action.commands,

@@ -19,6 +19,8 @@ POINTS = frozenset(
         "after_tool_finished",  # tool_finished committed
         "mid_model_step",  # model answered, its turn not yet committed
         "during_verification",  # a verifier ran, the verdict not yet committed
+        "before_child_run",  # a spawn made the child's task, not yet its run
+        "before_spawn_recorded",  # the child's run exists, subagent_spawned not yet committed
     }
 )
 

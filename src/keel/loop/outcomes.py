@@ -192,6 +192,7 @@ def after_verification(
     if diff_artifact:
         data["diff"] = diff_artifact
     summary = (state.result or {}).get("summary", "")
+    output = (state.result or {}).get("output")  # a child's structured result
     if not gaps:
         evidence = [f"artifact:{r.artifact}" for r in records if r.artifact]
         if diff_artifact:
@@ -214,6 +215,7 @@ def after_verification(
                     "evidence_note": evidence_note,
                     "mutation_revision": state.mutation_revision,
                     "changed_files": dict(state.changed_files),
+                    **({"output": output} if output is not None else {}),
                 },
             ),
         )
@@ -305,6 +307,16 @@ def call_finished(
         events.append(NewEvent(type=EventType.TODO_UPDATED, data={"todos": data["todos"]}))
     if "plan" in data:
         events.append(NewEvent(type=EventType.PLAN_WRITTEN, data={"content": data["plan"]}))
+    # Delegation: children whose results this call took, a child that now waits for a
+    # person (the run waits too), a run that took over this one.
+    for child in data.get("children_finished", ()):
+        events.append(NewEvent(type=EventType.SUBAGENT_FINISHED, data=dict(child)))
+    if "waiting_on_child" in data:
+        events.append(
+            NewEvent(type=EventType.WAITING_ON_CHILD, data=dict(data["waiting_on_child"]))
+        )
+    if "handed_off" in data:
+        events.append(NewEvent(type=EventType.HANDED_OFF, data=dict(data["handed_off"])))
     return events
 
 

@@ -6,7 +6,8 @@ so the decision stays pure and is tested with the real registry and policy, no I
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -66,6 +67,8 @@ class Situation:
     workspace: Path
     now: datetime  # decides which approval requests and grants have expired
     approval_ttl_s: float = DEFAULT_REQUEST_TTL_S  # when the run sets no approval timeout
+    # The status of the child a waiting parent waits for (read by the driver only then).
+    child_statuses: Mapping[str, str] = field(default_factory=dict)
 
 
 __all__ = ["Gate", "Situation", "ToolCatalog", "ToolInfo", "Verdict"]

@@ -99,7 +99,7 @@ def usable_ttl(seconds: float | None, default: float) -> float:
 # --- events ----------------------------------------------------------------------------
 
 # What a person can approve: a gated call, a plan, or re-running an interrupted call.
-APPROVAL_KINDS = frozenset({"approval", "plan", "unknown_outcome"})
+APPROVAL_KINDS = frozenset({"approval", "plan", "unknown_outcome", "child_failure"})
 
 
 def approval_request(

@@ -13,6 +13,14 @@ tightens its decision:
   approval in every mode;
 - in ``auto`` mode, commands run without approval only inside an OS sandbox.
 
+A tool whose written paths are in content the call names rather than in an
+argument (``apply_patch``: the paths are inside the patch artifact) is judged
+through ``paths_of``, an object the harness builds that reads them: the call is
+judged as a write of each path it touches (rules on the tool itself, and the rules
+that would judge ``write_file`` writing that path), and the strictest of those
+decisions stands, its reason naming the paths. Without ``paths_of`` such a call is
+refused.
+
 These are statements of intent checked before a call runs. The boundary is
 below them: the file tools refuse protected writes themselves, and the sandbox
 mounts protected paths read-only whatever a command is called.
@@ -21,10 +29,10 @@ mounts protected paths read-only whatever a command is called.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from keel.core.guard import PLAN_FILE, PathGuard
 from keel.core.pathnames import os_name
@@ -34,6 +42,21 @@ from keel.policy.rules import PATH_DEFAULTS, Policy, workspace_relative
 
 # Tools whose target path is fixed rather than an argument.
 FIXED_PATHS = {"plan_write": PLAN_FILE}
+# Tools whose written paths are in content a call names (judged through ``paths_of``).
+CONTENT_PATHS = frozenset({"apply_patch"})
+# Besides its own name, each path such a tool writes is judged as these tools' write of it.
+JUDGED_AS = ("write_file",)
+PATHS_SHOWN = 40  # of the paths named in a decision's reason
+
+
+class CallPaths(Protocol):
+    """The workspace-relative paths a call of a ``CONTENT_PATHS`` tool writes.
+
+    None when it does not know the tool; a ToolError (shown to the model as the
+    refusal) when the content cannot be read.
+    """
+
+    def __call__(self, tool: str, arguments: Mapping[str, Any]) -> Sequence[str] | None: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -43,6 +66,7 @@ class ContainedPolicy:
     policy: Policy = field(default_factory=Policy)
     guard: PathGuard = field(default_factory=PathGuard)
     sandboxed: bool = True  # does an OS sandbox confine commands?
+    paths_of: CallPaths | None = None  # reads the paths of CONTENT_PATHS calls
 
     def decide(
         self,
@@ -54,6 +78,50 @@ class ContainedPolicy:
         workspace: Path,
     ) -> Decision:
         """Allow, ask or deny one call; never looser than ``policy.decide`` alone."""
+        if tool in CONTENT_PATHS:
+            return self._decide_each_path(tool, effect, arguments, mode=mode, workspace=workspace)
+        return self._decide(tool, effect, arguments, mode=mode, workspace=workspace)
+
+    def _decide_each_path(
+        self,
+        tool: str,
+        effect: str,
+        arguments: Mapping[str, Any],
+        *,
+        mode: Mode,
+        workspace: Path,
+    ) -> Decision:
+        """The strictest decision on writing each path the call touches, naming them."""
+        paths = None if self.paths_of is None else self.paths_of(tool, arguments)
+        if paths is None:
+            return Decision(
+                action="deny",
+                rule="policy_error",
+                reason=f"the files {tool} would write cannot be read here, so the call "
+                "cannot be judged",
+            )
+        if not paths:
+            return Decision(action="deny", rule="policy_error", reason=f"{tool} writes no file")
+        decisions = [
+            self._decide(name, effect, {"path": path}, mode=mode, workspace=workspace)
+            for path in paths
+            for name in (tool, *JUDGED_AS)
+        ]
+        strongest = max(decisions, key=lambda d: strictness(d.action))  # first of equals
+        shown = ", ".join(paths[:PATHS_SHOWN])
+        if len(paths) > PATHS_SHOWN:
+            shown += f" … ({len(paths) - PATHS_SHOWN} more)"
+        return replace(strongest, reason=f"{strongest.reason} (it writes: {shown})")
+
+    def _decide(
+        self,
+        tool: str,
+        effect: str,
+        arguments: Mapping[str, Any],
+        *,
+        mode: Mode,
+        workspace: Path,
+    ) -> Decision:
         args = dict(arguments)
         if tool in FIXED_PATHS:
             args["path"] = FIXED_PATHS[tool]
@@ -130,4 +198,11 @@ def path_spellings(path: str, workspace: Path) -> tuple[str, ...]:
     return (lexical,) if real is None or real == lexical else (lexical, real)
 
 
-__all__ = ["FIXED_PATHS", "ContainedPolicy", "path_spellings"]
+__all__ = [
+    "CONTENT_PATHS",
+    "FIXED_PATHS",
+    "JUDGED_AS",
+    "CallPaths",
+    "ContainedPolicy",
+    "path_spellings",
+]

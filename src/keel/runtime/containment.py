@@ -21,6 +21,7 @@ from keel.runtime.config import settings_from_dict
 from keel.sandbox.base import Sandbox, SandboxSettings
 from keel.sandbox.choose import open_sandbox
 from keel.store.base import Store
+from keel.tools.patches import ArtifactReader, PatchPaths
 
 SQLITE_COMPANIONS = ("", "-wal", "-shm", "-journal")
 
@@ -33,8 +34,12 @@ class Containment:
     settings: SandboxSettings
 
 
-def contain(state: RunState, *, store_files: Iterable[Path] = ()) -> Containment:
-    """The containment of ``state``'s run (see the module docstring)."""
+def contain(
+    state: RunState, *, store_files: Iterable[Path] = (), artifacts: ArtifactReader | None = None
+) -> Containment:
+    """The containment of ``state``'s run (see the module docstring); with ``artifacts``
+    (the run's store) the gate judges apply_patch by the paths inside its patch, without
+    it refuses apply_patch."""
     settings = settings_from_dict(state.options.sandbox)
     sandbox = open_sandbox(settings)
     policy = Policy.from_dict(state.options.policy)
@@ -45,7 +50,12 @@ def contain(state: RunState, *, store_files: Iterable[Path] = ()) -> Containment
         hidden=policy.read_denied_paths(),
         store_paths=tuple(_inside(store_files, workspace)),
     )
-    gate = ContainedPolicy(policy=policy, guard=guard, sandboxed=sandbox.kind != "none")
+    gate = ContainedPolicy(
+        policy=policy,
+        guard=guard,
+        sandboxed=sandbox.kind != "none",
+        paths_of=None if artifacts is None else PatchPaths(artifacts, sandbox),
+    )
     return Containment(sandbox=sandbox, guard=guard, gate=gate, settings=settings)
 
 

@@ -15,7 +15,7 @@ from keel.core.state import RunState, transition
 from keel.core.status import RunStatus
 from keel.policy.approvals import APPROVAL_KINDS, is_expired
 from keel.policy.approvals import decide_approval as approval_decision
-from keel.runtime.task_claims import release_claims_of_ended_run
+from keel.runtime.cancel_tree import cancel_tree
 from keel.store.base import Store
 
 
@@ -45,7 +45,9 @@ def decide_approval(
     events = [
         approval_decision(state, approve=not deny, by=by, reason=reason, now=datetime.now(UTC))
     ]
-    if deny:
+    if deny and pending.kind == "child_failure":
+        pass  # giving up on a failed child: the decision fails the run with it
+    elif deny:
         if pending.kind == "unknown_outcome":
             events.append(
                 NewEvent(
@@ -78,7 +80,11 @@ def decide_approval(
 def answer_question(store: Store, run_id: str, text: str) -> RunState:
     state = store.load_run(run_id)
     pending = state.pending
-    if state.status is not RunStatus.WAITING or pending is None or pending.kind != "question":
+    if (
+        state.status is not RunStatus.WAITING
+        or pending is None
+        or pending.kind not in ("question", "child_failure")
+    ):
         raise NothingPending(run_id, f"an answer (it is {_describe(state)})")
     if not text.strip():
         raise UsageError("the answer is blank: say something the model can act on")
@@ -87,18 +93,24 @@ def answer_question(store: Store, run_id: str, text: str) -> RunState:
             type=EventType.INPUT_RECEIVED,
             data={"call_id": pending.call_id, "question": pending.question, "answer": text},
         ),
-        transition(state, RunStatus.RUNNING, None),
     ]
+    if pending.kind == "child_failure":  # an instruction instead of a retry: the model reads it
+        child = (pending.arguments or {}).get("child_run_id")
+        events.append(
+            NewEvent(
+                type=EventType.NOTE_ADDED,
+                data={"text": f"A person's instruction about failed child {child}: {text}"},
+            )
+        )
+    events.append(transition(state, RunStatus.RUNNING, None))
     new_state, _ = store.append_events(run_id, events, expected_seq=state.last_seq)
     return new_state
 
 
 def cancel_run(store: Store, run_id: str, reason: str) -> RunState:
-    state = store.load_run(run_id)
-    event = transition(state, RunStatus.CANCELLED, reason)
-    new_state, _ = store.append_events(run_id, [event], expected_seq=state.last_seq)
-    release_claims_of_ended_run(store, new_state)  # a stopped run's claims go back now
-    return new_state
+    """Cancel the run and every live descendant (``keel.runtime.cancel_tree``); the
+    claims of each go back now. Returns the run's new state."""
+    return cancel_tree(store, run_id, reason).state
 
 
 def _describe(state: RunState) -> str:

@@ -28,9 +28,13 @@ from keel.models.resolve import resolve_model
 from keel.policy.modes import parse_mode
 from keel.policy.rules import Policy
 from keel.runtime import decisions
+from keel.runtime.agent_config import load_agent_settings
 from keel.runtime.approval_config import load_approval_settings
+from keel.runtime.cancel_tree import CancelReport, cancel_tree
+from keel.runtime.child_slots import execute_child
 from keel.runtime.config import load_sandbox_settings
 from keel.runtime.containment import Containment, contain, store_files
+from keel.runtime.delegation import Delegation
 from keel.runtime.heartbeat import Heartbeat
 from keel.runtime.identity import process_owner
 from keel.runtime.resume import read_policy_again, resume_events
@@ -99,7 +103,11 @@ class Harness:
         owner: str | None = None,
         lease_ttl: float | None = None,
         on_event: EventSink | None = None,
+        child_slots: int | None = None,
     ) -> None:
+        """``child_slots``: threads this harness gives to executing background children
+        (None: ``[agents] child_slots`` of the working directory's config, default 4; 0:
+        only ``keel worker``s execute them)."""
         self.store: Store = store if not isinstance(store, str | None) else open_store(store)
         self._model = model
         self.tools = tools or default_registry()
@@ -109,6 +117,8 @@ class Harness:
         self.on_event = on_event
         self._models: dict[tuple[str, str], Model] = {}
         self._models_lock = threading.Lock()
+        self._child_slots = child_slots
+        self.delegation = Delegation(self)
 
     # --- starting ------------------------------------------------------------------------
 
@@ -208,7 +218,18 @@ class Harness:
         ``record`` writes every model exchange of this process to a cassette file.
         """
         state = self.create(goal, record=record, **options)
-        return self.execute(state.run_id, on_delta=on_delta, record=record)
+        outcome = self.execute(state.run_id, on_delta=on_delta, record=record)
+        return self.follow_handoffs(outcome)
+
+    def follow_handoffs(self, outcome: RunOutcome) -> RunOutcome:
+        """Drive the runs ``outcome``'s run handed its task to, in turn, here; the last
+        one's outcome (a run no one else already executes)."""
+        while (outcome.state.result or {}).get("outcome") == "handed_off":
+            target = str(outcome.state.result["handed_off_to"])  # type: ignore[index]
+            state = self.store.load_run(target)
+            state = execute_child(self, target, task_id=state.task_id, token=None)
+            outcome = RunOutcome(state=state)
+        return outcome
 
     def resume(
         self,
@@ -293,7 +314,7 @@ class Harness:
         driver = Driver(
             store=self.store,
             model=driving,
-            registry=self.tools,
+            registry=self._registry_for(state),
             gate=containment.gate,
             state=state,
             owner=f"run:{run_id}",
@@ -306,6 +327,7 @@ class Harness:
             redactor=secrets.load(),
             secrets=secrets,
             on_delta=on_delta,
+            delegation=self.delegation,
         )
         redaction.driver = driver
         try:
@@ -321,17 +343,40 @@ class Harness:
                     driver.gate, driver.guard = containment.gate, containment.guard
                 final = driver.drive()
                 claims.settle(final)  # an ended run gives back the tasks it still holds
+                if final.status.terminal:
+                    self.delegation.end_of_run(final)  # its live children end with it
         finally:
             if guard.lost is None:
                 self.store.release_run_lease(heartbeat.lease)
         return RunOutcome(state=final)
+
+    def _registry_for(self, state: RunState) -> ToolRegistry:
+        """The tools ``state``'s run is offered: all, or only its options' allowlist (a
+        child's contract; an unlisted tool is unknown to it)."""
+        allowed = state.options.tools
+        if allowed is None:
+            return self.tools
+        return ToolRegistry(tool for tool in self.tools if tool.name in allowed)
+
+    def child_slot_count(self) -> int:
+        """Threads for background children (see ``__init__``)."""
+        if self._child_slots is not None:
+            return self._child_slots
+        try:
+            return load_agent_settings(Path.cwd()).child_slots
+        except ConfigError:
+            return 0
+
+    def redact_for(self, state: RunState) -> Callable[[str], str]:
+        """Scrubs the secrets of ``state``'s workspace from text (goals of new runs)."""
+        return load_redactor(Path(state.workspace)).scrub_text
 
     def containment(self, state: RunState) -> Containment:
         """The run's sandbox, path guard and gate, from its stored options.
 
         ConfigError when the run requires a sandbox this machine cannot provide.
         """
-        return contain(state, store_files=store_files(self.store))
+        return contain(state, store_files=store_files(self.store), artifacts=self.store)
 
     # --- people --------------------------------------------------------------------------
 
@@ -346,7 +391,13 @@ class Harness:
         return decisions.answer_question(self.store, run_id, text)
 
     def cancel(self, run_id: str, reason: str) -> RunState:
+        """Cancel the run and every live descendant; the run's new state."""
         return decisions.cancel_run(self.store, run_id, reason)
+
+    def cancel_tree(self, run_id: str, reason: str) -> CancelReport:
+        """Cancel the run and every live descendant (reason ``parent_cancelled``); the
+        report lists them and the side effects already done in the tree."""
+        return cancel_tree(self.store, run_id, reason)
 
     # --- reading -------------------------------------------------------------------------
 
@@ -359,9 +410,11 @@ class Harness:
                 yield event
 
     def close(self) -> None:
-        """Close the store and the process's shared model connections (a later model call
+        """Stop this harness's child slots (each hands its child back, resumable), then
+        close the store and the process's shared model connections (a later model call
         opens them again)."""
         try:
+            self.delegation.close()
             self.store.close()
         finally:
             close_shared_clients()
@@ -404,9 +457,11 @@ class Harness:
         check_priced(self._resolve(spec), budget)
 
     def _model_for(self, state: RunState) -> Model:
-        if self._model is not None and not isinstance(self._model, str):
-            return self._model
         spec = state.options.model
+        if self._model is not None and not isinstance(self._model, str):
+            if state.options.agent is None or spec is None or spec == self._model.spec:
+                return self._model
+            return self._resolve(spec)  # a child whose agent spec names its own model
         if not spec:
             raise ConfigError("no model for this run: pass --model SPEC or set KEEL_MODEL")
         return self._resolve(spec)

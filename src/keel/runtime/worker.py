@@ -16,10 +16,22 @@ Task ↔ run: the run records its task (``task_id`` in ``run_created``), the tas
 records its run (``link_task_run``). A task whose run is waiting for a person is
 handed back (``release_task``); once the person answered, the run is picked up
 as a lapsed run and its task is settled by whoever finishes it.
+
+Workspaces: a task whose options say ``"workspace": "isolated"`` gets its run its own
+isolated workspace (``keel.runtime.worktrees``: a git worktree of the task's ``cwd``
+at its current state, or a copy), named ``task-<task id>-<attempt>``. When the run
+ends, its changes are stored as the run's artifact ``patch-<run id>.diff``, named in
+the task's result (``patch: art_…``), and the workspace is removed; ``keel gc``
+removes what a crash left. Every other run (a child with its own isolated workspace
+aside) holds its workspace's lock (``keel.runtime.workspace_lock``) while it is
+driven, so two runs never write one directory at once; a run of the holder's tree
+shares it. A slot waiting for the lock keeps its lease alive and gives up when the
+worker stops.
 """
 
 from __future__ import annotations
 
+import shutil
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,13 +44,32 @@ from keel.core.events import EventType, NewEvent
 from keel.core.state import RunState, transition
 from keel.core.status import RunStatus
 from keel.core.tasks import Task, TaskStatus
+from keel.policy.rules import POLICY_FILE
+from keel.runtime import worktrees
+from keel.runtime.config import CONFIG_FILE
 from keel.runtime.harness import Harness, RunOutcome
 from keel.runtime.heartbeat import Heartbeat
 from keel.runtime.takeover import this_holder
 from keel.runtime.task_claims import release_claims_of_ended_run
+from keel.runtime.workspace_lock import WorkspaceLock
 from keel.store.base import Lease
 
 FAILED_ENDINGS = frozenset({RunStatus.FAILED, RunStatus.BLOCKED, RunStatus.CANCELLED})
+ISOLATED = "isolated"  # a task option "workspace" asking for an isolated workspace
+
+
+def isolated_task(task: Task) -> bool:
+    """True when the task asks that its run work in an isolated workspace of its own."""
+    return (task.options or {}).get("workspace") == ISOLATED
+
+
+def isolated_name(task: Task) -> str:
+    """The name of the isolated workspace of the task's current attempt."""
+    return f"task-{task.id}-{task.attempt}"
+
+
+def patch_artifact_name(run_id: str) -> str:
+    return f"patch-{run_id}.diff"
 
 
 @dataclass(slots=True, kw_only=True)
@@ -132,6 +163,12 @@ class Worker:
 
     def _execute_run(self, state: RunState, lease: Lease) -> None:
         self._log(f"run {state.run_id}: executing ({state.status.value})")
+        lock = self._workspace_lock(state)
+        if lock is not None:
+            held = self._lock_keeping_lease(lock, lease, state.run_id)
+            if held is None:
+                return
+            lease = held
         try:
             outcome = self.harness.execute(state.run_id, lease=lease, should_stop=self._should_stop)
         except LeaseLost as exc:
@@ -141,6 +178,9 @@ class Worker:
             # Left alone, the run would be claimed again at once, forever.
             self._fail_unrunnable(state.run_id, f"config_error: {exc}", lease)
             return
+        finally:
+            if lock is not None:
+                lock.release()
         with self._lock:
             self.stats.runs += 1
         self._log(f"run {state.run_id}: {outcome.status.value}")
@@ -149,6 +189,80 @@ class Worker:
 
     def _should_stop(self) -> bool:
         return self.stopping
+
+    # --- workspaces ----------------------------------------------------------------------
+
+    def _workspace_lock(self, state: RunState) -> WorkspaceLock | None:
+        """The lock ``state``'s run must hold while driven; None for a run that works in an
+        isolated workspace of its own (a task's, or a child's)."""
+        options = state.options
+        kind = getattr(options, "workspace_kind", None)
+        if getattr(options, "isolated", None) or kind == ISOLATED:
+            return None
+        if state.task_id is not None and isolated_task(self.store.get_task(state.task_id)):
+            return None
+        root = getattr(options, "root_id", None) or state.run_id
+        return WorkspaceLock(Path(state.workspace), root_id=str(root))
+
+    def _lock_keeping_lease(self, lock: WorkspaceLock, lease: Lease, run_id: str) -> Lease | None:
+        """Wait for ``lock`` while renewing the run's lease: the lease to drive with, or None
+        (the worker stops, or the lease was lost: then nothing is held)."""
+        if lock.acquire(should_stop=lambda: True):  # free (or ours to share): no wait
+            return lease
+        self._log(f"run {run_id}: waiting for its workspace, which another run is using")
+        lost = threading.Event()
+        heartbeat = Heartbeat(
+            lease,
+            ttl=self.harness.lease_ttl,
+            renew=lambda current, ttl: self.store.renew_run_lease(current, ttl=ttl),
+            on_lost=lambda _why: lost.set(),
+        )
+        with heartbeat:
+            got = lock.acquire(should_stop=lambda: self.stopping or lost.is_set())
+        if got and not lost.is_set():
+            return heartbeat.lease
+        lock.release()
+        if lost.is_set():
+            self._note_error(f"run {run_id}: lease lost while waiting for its workspace")
+        else:
+            self.store.release_run_lease(heartbeat.lease)
+        return None
+
+    def _isolate(self, task: Task, parent: Path) -> worktrees.IsolatedWorkspace:
+        """A fresh isolated workspace of ``parent`` for the task's attempt (one left by an
+        earlier try of the same attempt, never linked to a run that ran, is replaced)."""
+        root = worktrees.default_root(parent)
+        left = worktrees.reopen(root.resolve() / isolated_name(task)) if root.exists() else None
+        if left is not None:
+            left.remove()
+        made = worktrees.create(parent, root=root, name=isolated_name(task))
+        config = parent / CONFIG_FILE  # the sandbox and approval settings hold there too
+        if config.is_file():
+            (made.path / CONFIG_FILE).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(config, made.path / CONFIG_FILE)
+        return made
+
+    def _take_changes(self, task: Task, state: RunState) -> str:
+        """For an isolated task's ended run: store its changes as the run's patch artifact
+        and say so ("patch: art_…"; "" when nothing changed). The workspace itself is
+        removed once the task is settled (``_remove_isolated``)."""
+        workspace = worktrees.reopen(Path(state.workspace))
+        if workspace is None:
+            return ""
+        try:
+            patch = workspace.patch()
+        except KeelError as exc:
+            self._note_error(f"task {task.id}: could not take its run's changes: {exc}")
+            return f"patch: none (the changes could not be read: {exc})"
+        if not patch:
+            return ""
+        artifact = self.store.put_artifact(state.run_id, patch_artifact_name(state.run_id), patch)
+        return f"patch: {artifact.id}"
+
+    def _remove_isolated(self, state: RunState) -> None:
+        workspace = worktrees.reopen(Path(state.workspace))
+        if workspace is not None:
+            workspace.remove()
 
     def _execute_task(self, task: Task) -> None:
         self._log(f"task {task.id}: claimed (attempt {task.attempt})")
@@ -183,6 +297,13 @@ class Worker:
                 return
             if run_id is None:
                 return
+            lock = self._workspace_lock(self.store.load_run(run_id))
+            if lock is not None and not lock.acquire(
+                should_stop=lambda: self.stopping or lost.is_set()
+            ):
+                if not lost.is_set():
+                    self._release(task, token, "the worker stopped while waiting for its workspace")
+                return
             try:
                 outcome = self.harness.execute(
                     run_id, should_stop=lambda: self.stopping or lost.is_set()
@@ -198,6 +319,9 @@ class Worker:
             except LeaseLost as exc:
                 self._note_error(f"task {task.id}: {exc}")
                 return
+            finally:
+                if lock is not None:
+                    lock.release()
         if lost.is_set():
             self._note_error(f"task {task.id}: lease lost; left to its new owner")
             return
@@ -247,31 +371,52 @@ class Worker:
                 return None
             return task.run_id
         options: dict[str, Any] = dict(task.options or {})
+        if options.get("child_of") or options.get("handoff_from"):
+            # A child's (or a handoff's) run is made by its parent, which links it to the
+            # task right after; until then the task is not this worker's to run.
+            self._release(task, token, "its run is not linked yet: its parent makes it")
+            return None
         goal = task.subject if not task.description else f"{task.subject}\n\n{task.description}"
         budget = options.get("budget")
-        state = self.harness.create(
-            goal,
-            cwd=options.get("cwd") or self.default_cwd,
-            budget=Budget.from_dict(budget) if isinstance(budget, dict) else None,
-            verify=tuple(options.get("verify") or ()),
-            mode=str(options.get("mode") or "edit"),
-            model=options.get("model"),
-            task_id=task.id,
-            idempotency_key=f"task:{task.id}:{task.attempt}",
-        )
-        self.store.link_task_run(task.id, state.run_id, owner=self.owner, token=token)
+        cwd = Path(options.get("cwd") or self.default_cwd).resolve()
+        isolated = self._isolate(task, cwd) if isolated_task(task) else None
+        policy = cwd / POLICY_FILE  # an isolated workspace holds no .keel of its own
+        try:
+            state = self.harness.create(
+                goal,
+                cwd=cwd if isolated is None else isolated.path,
+                budget=Budget.from_dict(budget) if isinstance(budget, dict) else None,
+                verify=tuple(options.get("verify") or ()),
+                mode=str(options.get("mode") or "edit"),
+                model=options.get("model"),
+                policy_file=policy if isolated is not None and policy.is_file() else None,
+                task_id=task.id,
+                idempotency_key=f"task:{task.id}:{task.attempt}",
+            )
+            self.store.link_task_run(task.id, state.run_id, owner=self.owner, token=token)
+        except BaseException:
+            if isolated is not None:
+                isolated.remove()
+            raise
         return state.run_id
 
     def _settle(self, task: Task, token: str, state: RunState) -> None:
-        """Complete or fail the task from its run's end; hand it back otherwise."""
+        """Complete or fail the task from its run's end; hand it back otherwise.
+
+        An isolated task's changes are stored first (named in the result), and its
+        workspace is removed once the task is settled."""
+        isolated = isolated_task(task) and state.status.terminal
+        changes = self._take_changes(task, state) if isolated else ""
         if state.status is RunStatus.COMPLETED:
             summary = (state.result or {}).get("summary") or f"run {state.run_id} completed"
-            self.store.complete_task(task.id, owner=self.owner, token=token, result=str(summary))
+            result = str(summary) if not changes else f"{summary}\n{changes}"
+            self.store.complete_task(task.id, owner=self.owner, token=token, result=result)
             with self._lock:
                 self.stats.tasks_completed += 1
             self._log(f"task {task.id}: completed by run {state.run_id}")
         elif state.status in FAILED_ENDINGS:
             reason = f"run {state.run_id} {state.status.value}: {state.reason}"
+            reason = reason if not changes else f"{reason}\n{changes}"
             self.store.fail_task(task.id, owner=self.owner, token=token, reason=reason)
             with self._lock:
                 self.stats.tasks_failed += 1
@@ -279,6 +424,8 @@ class Worker:
         else:
             why = f"run {state.run_id} stopped {state.status.value}; it resumes later"
             self._release(task, token, why)
+        if isolated:
+            self._remove_isolated(state)
 
     def _release(self, task: Task, token: str, reason: str) -> None:
         try:

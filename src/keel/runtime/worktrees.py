@@ -16,21 +16,29 @@ configuration, hooks, fsmonitor and filter drivers never run. The child's own
 ``.git`` file is never trusted: git is pointed at the recorded directories.
 ``.keel/`` is never part of a snapshot, so a patch never carries it.
 
-The spawn machinery of issue 13 is what will call this; until it does, nothing in
-Keel creates isolated workspaces. Two things it must add: a child's sandbox keeps the
-worktree's ``.git`` pointer target (``<parent>/.git/worktrees/NAME``) read-only, and
-these git calls run confined like the harness's other git.
+Each workspace ``root/NAME`` has a record ``root/NAME.json`` beside it (outside the
+workspace, so nothing run inside it can change it): :func:`reopen` rebuilds the
+:class:`IsolatedWorkspace` from it in another process (a worker resuming a run, or
+``keel gc``), and :meth:`IsolatedWorkspace.remove` deletes it with the rest.
+
+Isolated workspaces are made for a subagent that asks for one (``agent_spawn``) and by
+``keel worker`` for a task that asks for one (``keel tasks create --isolated``). Still
+to add: a child's sandbox keeps the worktree's ``.git`` pointer target
+(``<parent>/.git/worktrees/NAME``) read-only, and these git calls run confined like
+the harness's other git.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from keel.core.errors import ToolError, UsageError
 from keel.tools.patches import PATCH_DIFF_FLAGS, Git
@@ -38,6 +46,7 @@ from keel.tools.patches import PATCH_DIFF_FLAGS, Git
 GIT_WORKTREE = "git-worktree"
 COPY = "copy"
 LEFT_OUT = ".keel"  # the harness's own files: never copied, never in a patch
+RECORD_SUFFIX = ".json"  # root/NAME.json describes the workspace root/NAME
 BASE_MESSAGE = "keel: isolated workspace start\n"
 # Writing thousands of files is bound by the file system's latency, not the CPU: parallel
 # checkout with more workers than cores took a 10,000-file worktree from ~2.5 s to ~0.8 s.
@@ -64,19 +73,53 @@ class IsolatedWorkspace:
         return git.must("diff", *PATCH_DIFF_FLAGS, self.base, tree, "--", doing="diffing")
 
     def remove(self) -> None:
-        """Delete the workspace and its git records; harmless when already gone."""
+        """Delete the workspace, its git records and its record; harmless when already gone."""
         if self.kind == GIT_WORKTREE and self.common_dir is not None:
             _remove_worktree(self.common_dir, self.path, self.git_dir)
         else:
             _remove_tree(self.path)
             _remove_tree(self.git_dir)
+        _record_path(self.path).unlink(missing_ok=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: what ``RunOptions.isolated`` and the record beside it hold."""
+        return {
+            "kind": self.kind,
+            "base": self.base,
+            "parent": str(self.parent),
+            "path": str(self.path),
+            "git_dir": str(self.git_dir),
+            "common_dir": None if self.common_dir is None else str(self.common_dir),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> IsolatedWorkspace:
+        """Inverse of :meth:`to_dict`; UsageError when a field is missing or mistyped."""
+        try:
+            kind, common = str(d["kind"]), d.get("common_dir")
+            if kind not in (GIT_WORKTREE, COPY):
+                raise ValueError(f"unknown kind {kind!r}")
+            return cls(
+                path=Path(str(d["path"])),
+                kind=kind,
+                base=str(d["base"]),
+                parent=Path(str(d["parent"])),
+                git_dir=Path(str(d["git_dir"])),
+                common_dir=None if common is None else Path(str(common)),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UsageError(f"not an isolated workspace record: {exc}") from None
+
+
+def cache_dir() -> Path:
+    """Keel's per-user cache directory (``$XDG_CACHE_HOME/keel``, else ``~/.cache/keel``)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "keel"
 
 
 def default_root(parent: Path) -> Path:
     """Where ``parent``'s isolated workspaces live: a per-user cache directory, one per parent."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     digest = hashlib.sha256(str(parent.resolve()).encode()).hexdigest()[:16]
-    return cache / "keel" / "workspaces" / digest
+    return cache_dir() / "workspaces" / digest
 
 
 def create(parent: Path, *, root: Path, name: str) -> IsolatedWorkspace:
@@ -86,10 +129,10 @@ def create(parent: Path, *, root: Path, name: str) -> IsolatedWorkspace:
     ToolError when git fails (nothing is left behind then).
     """
     parent = parent.resolve()
-    if not _NAME.fullmatch(name) or name.endswith(".git"):
+    if not _NAME.fullmatch(name) or name.endswith((".git", RECORD_SUFFIX)):
         raise UsageError(
             f"isolated workspace name {name!r} must be letters, digits, '.', '_' or '-' "
-            "(at most 100, not starting with '.' or '-', not ending in .git)"
+            f"(at most 100, not starting with '.' or '-', not ending in .git or {RECORD_SUFFIX})"
         )
     if not parent.is_dir():
         raise UsageError(f"workspace {parent} is not a directory")
@@ -102,11 +145,26 @@ def create(parent: Path, *, root: Path, name: str) -> IsolatedWorkspace:
         raise UsageError(f"isolated workspace {path} already exists; choose another name")
     try:
         if (parent / ".git").exists():
-            return _create_worktree(parent, path)
-        return _create_copy(parent, path, root / f"{name}.git")
+            made = _create_worktree(parent, path)
+        else:
+            made = _create_copy(parent, path, root / f"{name}.git")
+        _write_record(made)
+        return made
     except BaseException:
         _discard(parent, path, root / f"{name}.git")
         raise
+
+
+def reopen(path: Path) -> IsolatedWorkspace | None:
+    """The isolated workspace made at ``path`` (by any process), from its record;
+    None when there is none (never made, already removed, or the record is unreadable)."""
+    path = Path(os.path.abspath(path))
+    try:
+        data = json.loads(_record_path(path).read_text(encoding="utf-8"))
+        found = IsolatedWorkspace.from_dict(data)
+    except (OSError, ValueError, UsageError):
+        return None
+    return found if found.path == path else None
 
 
 def remove_stale(parent: Path, root: Path, *, keep: set[str]) -> list[str]:
@@ -124,7 +182,7 @@ def remove_stale(parent: Path, root: Path, *, keep: set[str]) -> list[str]:
                 _remove_worktree(common, path, admin)
                 removed.add(path.name)
     for entry in root.iterdir():
-        name = entry.name.removesuffix(".git")
+        name = entry.name.removesuffix(".git").removesuffix(RECORD_SUFFIX)
         if name in keep:
             continue
         _remove_tree(entry)
@@ -192,6 +250,7 @@ def _discard(parent: Path, path: Path, copy_git_dir: Path) -> None:
                 _remove_worktree(common, path, admin)
     _remove_tree(path)
     _remove_tree(copy_git_dir)
+    _record_path(path).unlink(missing_ok=True)
 
 
 def _remove_worktree(common: Path, path: Path, admin: Path) -> None:
@@ -277,6 +336,17 @@ def _commit(git: Git, tree: str, lineage: list[str]) -> str:
     return out.decode().strip()
 
 
+def _record_path(path: Path) -> Path:
+    return path.with_name(path.name + RECORD_SUFFIX)
+
+
+def _write_record(ws: IsolatedWorkspace) -> None:
+    record = _record_path(ws.path)
+    scratch = record.with_name(record.name + ".tmp")
+    scratch.write_text(json.dumps(ws.to_dict(), sort_keys=True), encoding="utf-8")
+    os.replace(scratch, record)
+
+
 def _remove_tree(path: Path) -> None:
     if path.is_symlink() or path.is_file():
         path.unlink(missing_ok=True)
@@ -288,7 +358,9 @@ __all__ = [
     "COPY",
     "GIT_WORKTREE",
     "IsolatedWorkspace",
+    "cache_dir",
     "create",
     "default_root",
     "remove_stale",
+    "reopen",
 ]

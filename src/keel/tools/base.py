@@ -15,7 +15,7 @@ import inspect
 import json
 import re
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -31,6 +31,7 @@ from keel.tools.deadline import DEFAULT_TIME_LIMIT_S
 from keel.tools.workspace import current_hash
 
 if TYPE_CHECKING:
+    from keel.core.events import NewEvent
     from keel.core.state import RunState
     from keel.sandbox.base import Sandbox
     from keel.store.base import Store
@@ -79,6 +80,11 @@ class ToolContext:
     git_writable: bool = False  # an approved call may write below .git (not config, hooks)
     on_spawn: Callable[[int], None] | None = None  # told a command's process group id
     deadline: float | None = None  # time.monotonic() by which the call must stop (None: never)
+    # Delegation (keel.tools.delegation): the harness's children machinery, and a way to
+    # commit the run's events mid-call (a spawn is on record before the child runs).
+    delegation: Any = None  # a keel.tools.delegation.Delegation; None: no children here
+    record: Callable[[Sequence[NewEvent]], None] | None = None
+    should_stop: Callable[[], bool] | None = None  # the process is stopping (graceful)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -5,7 +5,9 @@ from __future__ import annotations
 from keel.tools.base import Tool
 from keel.tools.commands import run_command
 from keel.tools.control import ask_user, plan_exit, request_completion
+from keel.tools.delegation import DELEGATION_TOOLS
 from keel.tools.files import edit_file, read_file, write_file
+from keel.tools.patches import apply_patch
 from keel.tools.plan import plan_write
 from keel.tools.registry import ToolRegistry
 from keel.tools.search import glob, grep, list_dir
@@ -19,6 +21,7 @@ BUILTIN_TOOLS: tuple[Tool, ...] = (
     grep,
     write_file,
     edit_file,
+    apply_patch,
     run_command,
     todo_write,
     request_completion,
@@ -26,6 +29,7 @@ BUILTIN_TOOLS: tuple[Tool, ...] = (
     plan_write,
     plan_exit,
     *TASK_TOOLS,
+    *DELEGATION_TOOLS,
 )
 
 

@@ -7,7 +7,7 @@ forgets to intercept one fails loudly. (plan_write is an ordinary write: ``tools
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field
 
@@ -19,6 +19,13 @@ NonEmpty = Annotated[str, Field(min_length=1)]
 @tool(effect=Effect.STATE, recovery=Recovery.IDEMPOTENT, control=True)
 def request_completion(
     summary: Annotated[NonEmpty, Field(description="What was done and how it was checked.")],
+    output: Annotated[
+        dict[str, Any] | None,
+        Field(
+            description="Your structured result, when your instructions give a schema for "
+            "it (a subagent's result); checked against that schema."
+        ),
+    ] = None,
 ) -> None:
     """Ask to finish the task. The harness then runs its verifiers; the run completes only
     if they pass, otherwise you get the gaps back and continue."""

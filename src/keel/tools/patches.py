@@ -23,10 +23,11 @@ read-only to the confined git (``Confinement.readable``); the sandbox gives a pr
 no stdin. Without a sandbox (tests of the tools, and ``keel.runtime.worktrees``'s own
 bookkeeping) git runs hardened but unconfined.
 
-Not yet in `default_registry`: the policy judges a write by its ``path`` argument, and
-a patch names its paths only inside the artifact, so a ``[[rule]]`` denying writes to
-a path would not stop a patch (say, another run's diff) that writes there. Delegation
-(issue 13) registers it once the gate judges every path a patch touches.
+The permission gate judges a call by every path the patch touches, not by its
+``artifact`` argument: :class:`PatchPaths` (built by the harness, which holds the
+store) reads them for ``keel.policy.containment.ContainedPolicy``, which judges each
+as a write of that path (deny and ask rules, protected paths). While a plan is
+approved, a patch may not rewrite ``plans/PLAN.md`` (as no tool but ``plan_write`` may).
 """
 
 from __future__ import annotations
@@ -39,21 +40,23 @@ import shutil
 import stat
 import subprocess
 import tempfile
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, Protocol
 
 from pydantic import Field
 
 from keel.core.errors import NotFound, ToolError
-from keel.core.guard import PathGuard
+from keel.core.guard import PLAN_FILE, PathGuard
 from keel.core.pathnames import shown_path
 from keel.sandbox.base import Confinement, Sandbox
 from keel.sandbox.collect import collect_output
 from keel.tools.base import Effect, Recovery, ToolContext, ToolResult, tool
+from keel.tools.patch_staleness import stale_paths
 from keel.tools.workspace import current_hash, refuse_protected
 from keel.verify.diff import DRIVER_COMMANDS, OVERRIDES
 
@@ -441,9 +444,57 @@ def _judged_paths(
     return paths
 
 
+class ArtifactReader(Protocol):
+    def get_artifact(self, artifact_id: str) -> tuple[Any, bytes]: ...
+
+
+APPLY_PATCH = "apply_patch"
+_READ_PATHS_KEPT = 64  # artifacts whose paths a PatchPaths remembers (artifacts never change)
+
+
+class PatchPaths:
+    """``keel.policy.containment.CallPaths`` for apply_patch: the paths its artifact's patch
+    touches, read from ``artifacts`` (the run's store) with git's own parser; None for
+    any other tool. An artifact that is missing or not a patch is a ToolError."""
+
+    def __init__(self, artifacts: ArtifactReader, sandbox: Sandbox | None = None) -> None:
+        self._artifacts = artifacts
+        self._sandbox = sandbox
+        self._known: dict[str, tuple[str, ...]] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, tool: str, arguments: Mapping[str, Any]) -> Sequence[str] | None:
+        if tool != APPLY_PATCH:
+            return None
+        artifact = arguments.get("artifact")
+        if not isinstance(artifact, str) or not artifact:
+            raise ToolError("apply_patch needs the id of a patch artifact (art_...)")
+        with self._lock:
+            known = self._known.get(artifact)
+        if known is not None:
+            return known
+        paths = tuple(patch_paths(_artifact_bytes(self._artifacts, artifact), self._sandbox))
+        with self._lock:
+            if len(self._known) >= _READ_PATHS_KEPT:
+                self._known.pop(next(iter(self._known)))
+            self._known[artifact] = paths
+        return paths
+
+
+def _refuse_plan_file(ctx: ToolContext, paths: list[str]) -> None:
+    """While a plan is approved, plans/PLAN.md changes only through plan_write."""
+    if ctx.state is not None and ctx.state.approved_plan_sha256 is not None and PLAN_FILE in paths:
+        raise ToolError(
+            f"refusing the patch: it changes {PLAN_FILE}, which holds the approved plan; "
+            "change the plan with plan_write (it asks for a new approval)"
+        )
+
+
 def _patch_intent(ctx: ToolContext, artifact: str) -> dict[str, str]:
     patch = _read_artifact(ctx, artifact)
-    return patched_hashes(ctx.workspace, patch, ctx.guard, sandbox=ctx.sandbox)
+    hashes = patched_hashes(ctx.workspace, patch, ctx.guard, sandbox=ctx.sandbox)
+    _refuse_plan_file(ctx, list(hashes))
+    return hashes
 
 
 @tool(effect=Effect.WRITE, recovery=Recovery.VERIFY_THEN_CONTINUE, intent=_patch_intent)
@@ -459,6 +510,7 @@ def apply_patch(
     file is changed.
     """
     patch = _read_artifact(ctx, artifact)
+    _refuse_plan_file(ctx, patch_paths(patch, ctx.sandbox))
     summary = apply_patch_bytes(ctx.workspace, patch, ctx.guard, sandbox=ctx.sandbox)
     return ToolResult(output=summary.describe(), changed_files=summary.changed)
 
@@ -469,8 +521,12 @@ def apply_patch(
 def _read_artifact(ctx: ToolContext, artifact: str) -> bytes:
     if ctx.store is None:
         raise ToolError("apply_patch needs the run's store to read the artifact; none is open")
+    return _artifact_bytes(ctx.store, artifact)
+
+
+def _artifact_bytes(artifacts: ArtifactReader, artifact: str) -> bytes:
     try:
-        _, content = ctx.store.get_artifact(artifact)
+        _, content = artifacts.get_artifact(artifact)
     except NotFound:
         raise ToolError(
             f"no artifact {artifact!r}; use the patch artifact id the subagent's result names"
@@ -557,9 +613,12 @@ def _section_path(header: bytes) -> str:
 
 
 __all__ = [
+    "APPLY_PATCH",
     "PATCH_DIFF_FLAGS",
+    "ArtifactReader",
     "Git",
     "GitOutput",
+    "PatchPaths",
     "PatchSummary",
     "apply_patch",
     "apply_patch_bytes",
@@ -568,5 +627,6 @@ __all__ = [
     "patched_hashes",
     "refuse_unsafe_paths",
     "scratch_git",
+    "stale_paths",
     "workspace_git",
 ]
