@@ -91,6 +91,8 @@ def test_every_json_command_prints_strict_json(ws: KeelWorkspace) -> None:
     assert keel("show", run_id)[0]["status"] == "completed"
     assert [e["seq"] for e in keel("events", run_id)][:2] == [1, 2]
     keel("verify", run_id)
+    queued = keel("run", "later", "--model", ws.script(DONE), "--detach")[0]["run_id"]
+    assert keel("cancel", queued, "--reason", "not needed")[0]["status"] == "cancelled"
 
     first = keel("tasks", "create", "create the schema")[0]["id"]
     second = keel("tasks", "create", "write the API")[0]["id"]
@@ -105,5 +107,6 @@ def test_every_json_command_prints_strict_json(ws: KeelWorkspace) -> None:
     keel("tasks", "reopen", second)
     keel("tasks", "cancel", third, "--reason", "not needed")
     keel("tasks", "graph")
+    assert keel("gc")[0] == {"dry_run": False, "removed": [], "kept": [], "problems": []}
 
     assert keel.ran == commands_with_json(), "drive every --json command in this test"

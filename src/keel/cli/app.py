@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from keel.cli import demo, run, runs, tasks, verify, worker
+from keel.cli import agents, demo, gc, run, runs, tasks, verify, worker
 
 app = typer.Typer(
     name="keel",
@@ -20,6 +20,8 @@ tasks.register(app)
 worker.register(app)
 verify.register(app)
 demo.register(app)
+agents.register(app)
+gc.register(app)
 
 
 def main() -> None:

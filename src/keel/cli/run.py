@@ -205,11 +205,12 @@ def _drive(
     record: Path | None = None,
     model: str | None = None,
 ) -> None:
-    view = None if json_out else LiveView()
+    view = None if json_out else LiveView(run_id=run_id, child_runs=harness.store.child_runs)
 
     def on_event(event: Event, state: RunState) -> None:
         if json_out:
-            print_json(event.to_dict())
+            if event.run_id == run_id:  # a child's own events are in its own log
+                print_json(event.to_dict())
         elif view is not None:
             view.on_event(event, state)
         if event.type is EventType.LEASE_TAKEN_OVER:
@@ -227,13 +228,16 @@ def _drive(
                     record=record,
                     model=model,
                 )
+            outcome = harness.follow_handoffs(outcome)  # a run that handed over: the next
         except KeyboardInterrupt:
             err_console.print(f"interrupted: run {run_id} stays resumable — `keel resume {run_id}`")
+            harness.close()  # background children stop at their next step, resumable
             raise typer.Exit(130) from None
         waiting = outcome.status is RunStatus.WAITING
         if waiting and sys.stdin.isatty() and not json_out and _decide_inline(harness, outcome):
             continue
         break
+    harness.close()  # background children this process runs stop at their next step
     _report(outcome, json_out, store_flag)
     raise typer.Exit(outcome.exit_code)
 
@@ -324,9 +328,36 @@ def answer_command(
 def cancel_command(
     run_id: str = typer.Argument(...),
     reason: str = typer.Option(..., "--reason", help="Why the run is stopped."),
+    as_json: bool = JsonOption,
     store: str | None = StoreOption,
 ) -> None:
-    """Cancel a run for good."""
+    """Cancel a run for good, and every live run below it (reason parent_cancelled).
+
+    Side effects already done in the tree are listed: cancelling does not undo them.
+    """
     harness = Harness(store=store_url(store))
-    state = harness.cancel(run_id, reason)
-    console.print(f"run {run_id} is {state.status.value}")
+    report = harness.cancel_tree(run_id, reason)
+    if as_json:
+        print_json(report.to_dict())
+        return
+    console.print(f"run {run_id} is {report.state.status.value}", highlight=False)
+    if report.cancelled:
+        console.print(
+            f"  descendants cancelled (parent_cancelled): {', '.join(report.cancelled)}",
+            highlight=False,
+        )
+    for task_id in report.tasks_cancelled:
+        console.print(f"  task {task_id} cancelled", highlight=False)
+    for task_id, why in report.tasks_left.items():
+        console.print(f"  task {task_id} not cancelled: {shown(why)}", highlight=False)
+    if not report.side_effects:
+        console.print("  already done, stays on record: nothing", highlight=False)
+        return
+    console.print("  already done, stays on record:", highlight=False)
+    for effect in report.side_effects:
+        console.print(
+            f"    {effect.run_id} {effect.call_id} {shown(effect.tool)} ({effect.effect}) "
+            f"{effect.outcome}: {shown(effect.summary)}",
+            highlight=False,
+            soft_wrap=True,
+        )

@@ -8,8 +8,7 @@ its hash says) makes ``show`` and ``events`` exit 2 with one line naming the eve
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -28,29 +27,34 @@ from keel.cli.common import (
     shown,
     store_url,
 )
+from keel.cli.display import amount, compact, excerpt, short_time, styled_status
+from keel.cli.tree import (
+    build_tree,
+    child_facts,
+    children_entries,
+    describe_children,
+    describe_lineage,
+    describe_waiting,
+    finish_summary,
+    note_children_damage,
+    run_summary,
+    spawn_summary,
+    top_level_runs,
+    tree_json,
+    tree_table,
+    wait_facts,
+    waiting_descendants,
+    waiting_entry,
+)
 from keel.core.budget import Dimension, Usage
 from keel.core.errors import LogDamaged, RunNotFound
 from keel.core.events import Event, EventType
 from keel.core.state import RunState
 from keel.core.status import RunStatus
-from keel.core.text import printable
-from keel.store.base import Store
+from keel.store.base import Store, iter_all_events
 from keel.store.url import open_store
 
 FOLLOW_POLL_S = 1.0
-EXCERPT = 90
-
-STATUS_STYLE = {
-    RunStatus.QUEUED: "dim",
-    RunStatus.RUNNING: "cyan",
-    RunStatus.WAITING: "yellow",
-    RunStatus.PAUSED: "yellow",
-    RunStatus.VERIFYING: "blue",
-    RunStatus.COMPLETED: "green",
-    RunStatus.FAILED: "red",
-    RunStatus.BLOCKED: "red",
-    RunStatus.CANCELLED: "magenta",
-}
 
 
 def register(app: typer.Typer) -> None:
@@ -81,10 +85,19 @@ def runs_command(
         None, "--status", case_sensitive=False, help="Only runs in this status."
     ),
     limit: int = typer.Option(100, "--limit", min=1, help="At most this many runs."),
+    tree: bool = typer.Option(
+        False,
+        "--tree",
+        help="Top-level runs with their subagents indented below them (--status and "
+        "--limit choose the top-level runs; --json nests them under `children`).",
+    ),
     as_json: bool = JsonOption,
     store: str | None = StoreOption,
 ) -> None:
     """List runs, newest first (a run whose event log is damaged is marked so)."""
+    if tree:
+        runs_tree(status, limit, as_json, store)
+        return
     with reading(store) as st:
         runs = st.survey_runs(status=status, limit=limit)
     if as_json:
@@ -112,6 +125,28 @@ def runs_command(
             shown(excerpt(run.reason or "", 60)),
         )
     console.print(table)
+    note_damaged(runs)
+
+
+def runs_tree(status: RunStatus | None, limit: int, as_json: bool, store: str | None) -> None:
+    """``keel runs --tree``: each top-level run with its descendants."""
+    with reading(store) as st:
+        tops = top_level_runs(st, status=status, limit=limit)
+        roots = [r if isinstance(r, LogDamaged) else build_tree(st, r) for r in tops]
+    if as_json:
+        print_json([tree_json(root) for root in roots])
+        return
+    if not roots:
+        console.print("no runs" + (f" with status {status.value}" if status else ""))
+        return
+    console.print(tree_table(roots))
+    for root in roots:
+        if not isinstance(root, LogDamaged):
+            note_children_damage(root)
+    note_damaged(tops)
+
+
+def note_damaged(runs: list[RunState | LogDamaged]) -> None:
     damaged = [r.run_id for r in runs if isinstance(r, LogDamaged)]
     if damaged:
         err_console.print(
@@ -120,27 +155,6 @@ def runs_command(
             highlight=False,
             soft_wrap=True,
         )
-
-
-def run_summary(run: RunState | LogDamaged) -> dict[str, Any]:
-    if isinstance(run, LogDamaged):
-        return {
-            "run_id": run.run_id,
-            "status": None,
-            "damaged": {"seq": run.seq, "detail": run.detail, "message": str(run)},
-        }
-    return {
-        "run_id": run.run_id,
-        "status": run.status.value,
-        "reason": run.reason,
-        "goal": run.goal,
-        "workspace": run.workspace,
-        "parent_id": run.parent_id,
-        "task_id": run.task_id,
-        "usage": run.usage.to_dict(),
-        "last_seq": run.last_seq,
-        "updated_at": run.updated_at,
-    }
 
 
 # --- keel show -----------------------------------------------------------------------
@@ -152,25 +166,42 @@ def show_command(
     as_json: bool = JsonOption,
     store: str | None = StoreOption,
 ) -> None:
-    """Show one run: status, budget, todos, files, validations and what it waits for."""
+    """Show one run: status, budget, todos, files, validations, what it waits for, its
+    children and the descendants that wait for a person."""
+    store_flag = answer_store_flag(store)
     with reading(store) as st:
         run = st.load_run(run_id)
+        node = build_tree(st, run)
+        facts = child_facts(iter_all_events(st, run_id)) if node.children or run.children else {}
+    entries = children_entries(run, node, facts)
+    waiting = waiting_descendants(node)
     if as_json:
-        print_json({**run.to_dict(), "tokens": token_summary(run.usage)})
+        print_json(
+            {
+                **run.to_dict(),
+                "tokens": token_summary(run.usage),
+                "children": entries,
+                "waiting_descendants": [waiting_entry(w, store_flag) for w in waiting],
+            }
+        )
         return
-    for line in describe_run(run, store_flag=answer_store_flag(store)):
+    family = describe_children(entries)
+    for line in describe_run(run, store_flag=store_flag, family=family):
         console.print(line, highlight=False)
+    for line in describe_waiting(waiting, store_flag):
+        console.print(line, highlight=False)
+    note_children_damage(node)
 
 
-def describe_run(run: RunState, *, store_flag: str = "") -> list[str]:
-    """The human view of ``run`` as rich-markup lines."""
+def describe_run(run: RunState, *, store_flag: str = "", family: Sequence[str] = ()) -> list[str]:
+    """The human view of ``run`` as rich-markup lines (``family``: its children's lines,
+    shown before what the run waits for)."""
     lines = [f"[bold]{run.run_id}[/]  {styled_status(run.status)}"]
     if run.reason:
         lines.append(f"  reason     {shown(run.reason)}")
     lines.append(f"  goal       {shown(run.goal)}")
     lines.append(f"  workspace  {shown(run.workspace)}")
-    if run.parent_id:
-        lines.append(f"  parent     {run.parent_id}")
+    lines += describe_lineage(run)
     if run.task_id:
         lines.append(f"  task       {run.task_id}")
     lines.append(f"  mode       {run.mode}   model {shown(run.options.model or '-')}")
@@ -214,6 +245,7 @@ def describe_run(run: RunState, *, store_flag: str = "") -> list[str]:
     if run.result:
         lines.append("[bold]result[/]")
         lines += describe_result(run.result)
+    lines += family
     if run.status is RunStatus.WAITING:
         lines += describe_wait(run, store_flag)
     return lines
@@ -271,6 +303,14 @@ def describe_wait(run: RunState, store_flag: str) -> list[str]:
         lines.append(f"  the answer to: {shown(pending.question or '')}")
         lines.append(f"  answer:   keel answer {rid} TEXT{store_flag}")
         return lines
+    if pending is not None and pending.kind in ("child", "child_failure"):
+        what, commands = wait_facts(run, store_flag)
+        lines.append(f"  {shown(what)}")
+        lines += [f"  {label + ':':<9} {shown(command)}" for label, command in commands]
+        child = (pending.arguments or {}).get("child_run_id")
+        if pending.kind == "child" and child:
+            lines.append(f"  see:      keel show {shown(str(child))}{store_flag}")
+        return lines
     if pending is not None and pending.kind == "plan":
         arguments = pending.arguments or {}
         lines.append(f"  approval of the plan (plan_exit, call {pending.call_id})")
@@ -278,8 +318,8 @@ def describe_wait(run: RunState, store_flag: str) -> list[str]:
         plan = str(arguments.get("plan") or "").strip().splitlines()
         lines += ["  plan"] + [f"    {shown(text)}" for text in plan]
     elif pending is not None:
-        what = {"approval": "approval", "unknown_outcome": "a decision on an interrupted call"}
-        kind = what.get(pending.kind, f"a decision ({pending.kind})")
+        words = {"approval": "approval", "unknown_outcome": "a decision on an interrupted call"}
+        kind = words.get(pending.kind, f"a decision ({pending.kind})")
         lines.append(f"  {kind} of {shown(pending.tool or '?')} (call {pending.call_id})")
         lines.append(f"  arguments {shown(compact(pending.arguments or {}))}")
     if pending is not None:
@@ -385,36 +425,14 @@ def event_summary(event: Event) -> str:
         )
     if kind is EventType.NOTE_ADDED:
         return excerpt(str(d.get("text", "")))
+    if kind is EventType.SUBAGENT_SPAWNED:
+        return spawn_summary(d)
+    if kind is EventType.SUBAGENT_FINISHED:
+        return finish_summary(d)
+    if kind is EventType.WAITING_ON_CHILD:
+        what = f" for {excerpt(str(d['what']))}" if d.get("what") else ""
+        return f"child {d.get('child_run_id', '?')} waits{what}"
+    if kind is EventType.HANDED_OFF:
+        note = f": {excerpt(str(d['note']), 70)}" if d.get("note") else ""
+        return f"to {d.get('run_id', '?')} ({d.get('agent', '?')}){note}"
     return excerpt(compact(d))
-
-
-# --- formatting ----------------------------------------------------------------------
-
-
-def styled_status(status: RunStatus) -> str:
-    return f"[{STATUS_STYLE[status]}]{status.value}[/]"
-
-
-def amount(dim: Dimension, value: float | None) -> str:
-    if value is None:
-        return "∞"
-    if dim is Dimension.COST:
-        return f"${value:.4f}"
-    if dim is Dimension.WALL_TIME:
-        return f"{value:.1f}s"
-    return str(int(value))
-
-
-def short_time(iso: str | None) -> str:
-    return iso[5:19].replace("T", " ") if iso else "-"
-
-
-def compact(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
-
-
-def excerpt(text: str, width: int = EXCERPT) -> str:
-    """`text` on one line of at most `width` characters, with no control character left
-    (a model's text must not reach the terminal as an escape sequence)."""
-    flat = " ".join(printable(text, limit=len(text) + 1).split())
-    return flat if len(flat) <= width else flat[: width - 1] + "…"

@@ -128,6 +128,12 @@ def create(
     description: str = typer.Option("", "--description", help="Longer text for the agent."),
     blocked_by: list[str] = typer.Option([], "--blocked-by", help="A task that must finish first."),
     key: str | None = typer.Option(None, "--key", help="Idempotency key: repeats return the task."),
+    isolated: bool = typer.Option(
+        False,
+        "--isolated",
+        help="The run works in an isolated workspace (a git worktree or a copy); its "
+        "changes come back as a patch artifact named in the task's result.",
+    ),
     owner: str | None = OwnerOption,
     json_out: bool = JsonOption,
     store: str | None = StoreOption,
@@ -140,6 +146,7 @@ def create(
             blocked_by=blocked_by,
             actor=owner or default_owner(),
             idempotency_key=key,
+            options={"workspace": "isolated"} if isolated else None,
         )
     if json_out:
         print_json(task.to_dict())
