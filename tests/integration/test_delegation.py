@@ -567,3 +567,26 @@ def test_a_patch_over_files_the_parent_changed_since_is_stale(tmp_path: Path, ws
         assert result["stale"] == ["a.txt"]
         assert "stale_note" in result
         assert (ws / "a.txt").read_text() == "mine\n"
+
+
+def test_an_isolated_child_never_stores_its_parents_secrets(tmp_path: Path, ws: Path) -> None:
+    secret = "sk-live-4f9a8b7c6d5e4f3a2b1c"
+    (ws / ".gitignore").write_text(".env\n")
+    (ws / ".env").write_text(f"API_TOKEN={secret}\n")  # git-ignored: not in the child's copy
+    leak = [
+        {
+            "tool_calls": [
+                {"name": "write_file", "arguments": {"path": "c.txt", "content": secret}}
+            ]
+        },
+        complete(f"wrote {secret}"),
+    ]
+    write_agent(ws, "leaky", script=leak, tools=["write_file"])
+    h, _ = harness(tmp_path, [{"tool_calls": [spawn("leaky", "write")]}, complete()])
+    with h:
+        out = h.run("delegate", cwd=ws)
+        child = h.store.child_runs(out.id)[0]
+        assert child.status is RunStatus.COMPLETED
+        for run in (out.id, child.run_id):
+            for event in h.events(run):
+                assert secret not in json.dumps(event.data), (run, event.type)

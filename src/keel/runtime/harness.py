@@ -310,7 +310,10 @@ class Harness:
             on_lost=lost,
             on_beat=claims.renew,  # the run's task claims live as long as it runs
         )
-        secrets = WorkspaceSecrets(Path(state.workspace))
+        # An isolated child's copy leaves out the git-ignored .env files of the workspace
+        # it was made from; their values are still secrets in its log.
+        home = (state.options.isolated or {}).get("parent")
+        secrets = WorkspaceSecrets(Path(state.workspace), cwd=Path(home) if home else None)
         driver = Driver(
             store=self.store,
             model=driving,
