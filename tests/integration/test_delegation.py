@@ -590,3 +590,22 @@ def test_an_isolated_child_never_stores_its_parents_secrets(tmp_path: Path, ws: 
         for run in (out.id, child.run_id):
             for event in h.events(run):
                 assert secret not in json.dumps(event.data), (run, event.type)
+
+
+def test_an_invalid_spec_names_its_file_and_line_and_spawns_nothing(
+    tmp_path: Path, ws: Path
+) -> None:
+    agents = ws / ".keel" / "agents"
+    agents.mkdir(parents=True)
+    (agents / "broken.md").write_text(
+        "---\ndescription: broken\ntools: [read_file, no_such_tool]\n---\nDo it.\n"
+    )
+    h, _ = harness(tmp_path, [{"tool_calls": [spawn("broken", "go")]}, complete()])
+    with h:
+        out = h.run("delegate", cwd=ws)
+        failed = tool_result(h, out.id, "call_0_0")
+        assert failed.type is EventType.TOOL_FAILED
+        assert f"{agents / 'broken.md'}:3:" in failed.data["message"]
+        assert "no_such_tool" in failed.data["message"]
+        assert h.store.child_runs(out.id) == []
+        assert h.store.list_tasks() == []
