@@ -74,6 +74,12 @@ def run_command(
     ),
     key: str | None = typer.Option(None, "--key", help="Idempotency key for the run."),
     detach: bool = typer.Option(False, "--detach", help="Only enqueue; a worker runs it."),
+    workspace_git: str | None = typer.Option(
+        None,
+        "--workspace-git",
+        help="URL[@REF]: the workspace is this git source, checked out by whichever "
+        "process executes the run (--cwd is then only where config and policy are read).",
+    ),
     record: Path | None = typer.Option(
         None,
         "--record",
@@ -114,6 +120,7 @@ def run_command(
         queued=detach,
         sandbox=sandbox,
         record=record,
+        workspace_git=workspace_git,
     )
     if json_out:
         print_json({"run_id": state.run_id, "status": state.status.value})

@@ -40,6 +40,7 @@ class RunOptions:
     output_schema: dict[str, Any] | None = None  # what request_completion's output must match
     workspace_kind: str | None = None  # isolated | shared-readonly | shared (children only)
     isolated: dict[str, Any] | None = None  # the isolated workspace (runtime.worktrees)
+    workspace_git: dict[str, Any] | None = None  # url, ref: checked out where it executes
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -59,7 +60,14 @@ class RunOptions:
             d["tools"] = list(self.tools)
         if self.depth:
             d["depth"] = self.depth
-        for key in ("root_id", "agent", "output_schema", "workspace_kind", "isolated"):
+        for key in (
+            "root_id",
+            "agent",
+            "output_schema",
+            "workspace_kind",
+            "isolated",
+            "workspace_git",
+        ):
             value = getattr(self, key)
             if value is not None:
                 d[key] = value
@@ -84,6 +92,7 @@ class RunOptions:
             output_schema=d.get("output_schema"),
             workspace_kind=d.get("workspace_kind"),
             isolated=d.get("isolated"),
+            workspace_git=d.get("workspace_git"),
         )
 
     @property

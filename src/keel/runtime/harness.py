@@ -35,6 +35,13 @@ from keel.runtime.child_slots import execute_child
 from keel.runtime.config import load_sandbox_settings
 from keel.runtime.containment import Containment, contain, store_files
 from keel.runtime.delegation import Delegation
+from keel.runtime.git_source import (
+    GitSource,
+    discard,
+    materialize,
+    new_workspace_path,
+    parse_source,
+)
 from keel.runtime.heartbeat import Heartbeat
 from keel.runtime.identity import process_owner
 from keel.runtime.resume import read_policy_again, resume_events
@@ -141,8 +148,13 @@ class Harness:
         task_id: str | None = None,
         sandbox: str | None = None,
         record: str | Path | None = None,
+        workspace_git: str | None = None,
     ) -> RunState:
         """Record a new run (``queued`` for a worker, else ready to execute here).
+
+        ``workspace_git`` (``URL[@REF]``) makes the run's workspace a checkout of that
+        git source made by whichever process executes it (``keel.runtime.git_source``);
+        ``cwd`` is then only where the configuration and policy are read.
 
         ``sandbox`` (required | auto | off) overrides ``[sandbox] mode`` of the
         workspace's ``.keel/config.toml``; a run this process must drive is refused
@@ -165,6 +177,7 @@ class Harness:
         workspace = Path(cwd).resolve()
         if not workspace.is_dir():
             raise ConfigError(f"workspace {workspace} is not a directory")
+        source = parse_source(workspace_git) if workspace_git is not None else None
         # Verify commands are stored as written (a resume or a worker runs them), so one
         # holding a secret is refused; the goal is stored redacted.
         redactor = load_redactor(workspace)
@@ -193,10 +206,11 @@ class Harness:
             plan_then=plan_then,
             policy=policy.to_dict(),
             sandbox=confinement.to_dict(),
+            workspace_git=source.to_dict() if source is not None else None,
         )
         return self.store.create_run(
             goal=redactor.scrub_text(goal),
-            workspace=str(workspace),
+            workspace=str(new_workspace_path() if source is not None else workspace),
             options=options,
             parent_id=parent_id,
             task_id=task_id,
@@ -280,6 +294,9 @@ class Harness:
             return RunOutcome(state=state)
         driving = self._resolve(_absolute_scripted(model)) if model else self._model_for(state)
         check_priced(driving, state.options.budget)
+        source = state.options.workspace_git
+        if source:  # checked out here before anything else looks at the workspace
+            materialize(GitSource.from_dict(source), Path(state.workspace))
         redaction = _RunRedaction()
         if record is not None:  # a cassette of another model is refused before the lease
             check_record(record, queued=False)
@@ -348,6 +365,8 @@ class Harness:
                 claims.settle(final)  # an ended run gives back the tasks it still holds
                 if final.status.terminal:
                     self.delegation.end_of_run(final)  # its live children end with it
+                    if source and _checkout_done(final):
+                        discard(GitSource.from_dict(source), Path(final.workspace))
         finally:
             if guard.lost is None:
                 self.store.release_run_lease(heartbeat.lease)
@@ -526,6 +545,14 @@ def _recording(model: Model, path: Path, redact: Callable[[str], str]) -> Model:
     from keel.models.cassette import RecordingModel  # noqa: PLC0415 - only when recording
 
     return RecordingModel(model, path, redact=redact)
+
+
+def _checkout_done(final: RunState) -> bool:
+    """Whether a git-source run's checkout can go: it completed (its changes are in the
+    store as its verification's diff) and did not hand its work to a run that goes on
+    in the same checkout. A run that failed keeps it, for a person to look at."""
+    result = final.result or {}
+    return final.status is RunStatus.COMPLETED and result.get("outcome") != "handed_off"
 
 
 def lease_ttl_from_environment() -> float:
