@@ -60,7 +60,7 @@ def parse_source(text: str) -> GitSource:
         raise ConfigError("--workspace-git needs a URL (or path) of a git repository")
     url, ref = text, None
     head, at, tail = text.rpartition("@")
-    if at and head and ":" not in tail and "/" != tail[:1]:
+    if at and head and ":" not in tail and not tail.startswith("/"):
         url, ref = head, tail
     if ref is not None and not ref.strip():
         raise ConfigError(f"--workspace-git {text!r}: the REF after @ is empty")
