@@ -574,11 +574,7 @@ def test_an_isolated_child_never_stores_its_parents_secrets(tmp_path: Path, ws: 
     (ws / ".gitignore").write_text(".env\n")
     (ws / ".env").write_text(f"API_TOKEN={secret}\n")  # git-ignored: not in the child's copy
     leak = [
-        {
-            "tool_calls": [
-                {"name": "write_file", "arguments": {"path": "c.txt", "content": secret}}
-            ]
-        },
+        {"tool_calls": [{"name": "write_file", "arguments": {"path": "c.txt", "content": secret}}]},
         complete(f"wrote {secret}"),
     ]
     write_agent(ws, "leaky", script=leak, tools=["write_file"])
@@ -609,3 +605,21 @@ def test_an_invalid_spec_names_its_file_and_line_and_spawns_nothing(
         assert "no_such_tool" in failed.data["message"]
         assert h.store.child_runs(out.id) == []
         assert h.store.list_tasks() == []
+
+
+def test_a_call_id_reused_in_a_later_turn_spawns_a_new_child(tmp_path: Path, ws: Path) -> None:
+    # Providers make call ids unique within a turn only; a later turn may send the same id.
+    write_agent(ws, "one", script=[complete("I am one")])
+    write_agent(ws, "two", script=[complete("I am two")])
+    turns = [
+        {"tool_calls": [{**spawn("one", "be one"), "id": "call_0"}]},
+        {"tool_calls": [{**spawn("two", "be two"), "id": "call_0"}]},
+        complete(),
+    ]
+    h, _ = harness(tmp_path, turns)
+    with h:
+        out = h.run("delegate twice", cwd=ws)
+        children = h.store.child_runs(out.id)
+        assert [c.options.agent["name"] for c in children if c.options.agent] == ["one", "two"]
+        finished = events_of(h, out.id, EventType.SUBAGENT_FINISHED)
+        assert [e.data["summary"] for e in finished] == ["I am one", "I am two"]

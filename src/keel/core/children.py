@@ -50,6 +50,7 @@ class ChildRecord:
     call_id: str
     task_id: str | None
     agent: str
+    turn: int = 0  # the parent's model turn that made the call (call ids may repeat)
     background: bool
     attempt: int
     status: str = LIVE  # "live" until subagent_finished, then the child's terminal status
@@ -64,6 +65,7 @@ class ChildRecord:
     def to_dict(self) -> dict[str, Any]:
         return {
             "call_id": self.call_id,
+            "turn": self.turn,
             "task_id": self.task_id,
             "agent": self.agent,
             "background": self.background,
@@ -78,6 +80,7 @@ class ChildRecord:
     def from_dict(cls, d: Mapping[str, Any]) -> ChildRecord:
         return cls(
             call_id=str(d["call_id"]),
+            turn=int(d.get("turn", 0)),
             task_id=d.get("task_id"),
             agent=str(d.get("agent", "")),
             background=bool(d.get("background", False)),
@@ -100,6 +103,7 @@ def spawned(children: Mapping[str, ChildRecord], d: Mapping[str, Any]) -> dict[s
     reserved = d.get("reserved") or {}
     record = ChildRecord(
         call_id=str(d.get("call_id", "")),
+        turn=int(d.get("turn", 0)),
         task_id=d.get("task_id"),
         agent=str(d.get("agent", "")),
         background=bool(d.get("background", False)),
@@ -123,6 +127,7 @@ def finished(
         return dict(children), usage, False
     ended = ChildRecord(
         call_id=record.call_id,
+        turn=record.turn,
         task_id=record.task_id,
         agent=record.agent,
         background=record.background,

@@ -9,7 +9,7 @@ workspace is never more open than the parent's.
 
 A child is a run (``parent_id``, its depth and root in its options) and a task in
 the task graph whose run it is, so any worker sharing the store can execute it.
-Both are created under one idempotency key, ``spawn:<parent>:<call>:<attempt>``: a
+Both are created under one idempotency key, ``spawn:<parent>:<turn>:<call>:<attempt>``: a
 parent resumed after a crash makes the same call again and gets the same child.
 """
 
@@ -146,6 +146,7 @@ def make_child(
     background: bool,
     policy: OnFailure,
     call_id: str,
+    turn: int,
     attempt: int,
     max_depth: int,
     max_live: int,
@@ -153,7 +154,8 @@ def make_child(
     lease_seconds: float,
     redact: Any,
 ) -> NewChild:
-    """Create (or find again) the child of ``parent`` for ``call_id``'s ``attempt``.
+    """Create (or find again) the child of ``parent`` for ``attempt`` of call ``call_id``
+    of model turn ``turn`` (a provider may reuse a call id in a later turn).
 
     SpawnRefused for a budget that does not fit; a ToolError when the isolated
     workspace cannot be made. The returned task is claimed by ``owner`` when this call
@@ -163,7 +165,7 @@ def make_child(
     leaf = parent.options.depth + 1 >= max_depth
     tools, mode = child_tools(spec, parent, registry, kind=kind, leaf=leaf)
     budget: Budget = carve_budget(parent, spec.budget, max_live=max_live)
-    key = f"spawn:{parent.run_id}:{call_id}:{attempt}"
+    key = f"spawn:{parent.run_id}:{turn}:{call_id}:{attempt}"
     home = home_workspace(parent)
     isolated: worktrees.IsolatedWorkspace | None = None
     workspace = Path(parent.workspace)
@@ -231,6 +233,7 @@ def make_child(
         type=EventType.SUBAGENT_SPAWNED,
         data={
             "call_id": call_id,
+            "turn": turn,
             "child_run_id": child.run_id,
             "task_id": task.id,
             "agent": spec.name,

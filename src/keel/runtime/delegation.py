@@ -84,7 +84,10 @@ class Delegation:
         on_failure: str | None,
     ) -> ToolResult:
         parent = _parent_state(ctx)
-        made = [cid for cid, r in parent.children.items() if r.call_id == ctx.call_id]
+        turn = parent.usage.steps  # the turn whose call this is (ids may repeat across turns)
+        made = [
+            cid for cid, r in parent.children.items() if r.call_id == ctx.call_id and r.turn == turn
+        ]
         if made:  # this call spawned before (a resumed parent): re-attach, never respawn
             child_id = max(made, key=lambda cid: parent.children[cid].attempt)
             record = parent.children[child_id]
@@ -98,7 +101,16 @@ class Delegation:
         spec = self._spec(agent, parent)
         policy = failure_policy(spec, on_failure)
         new = self._make(
-            ctx, parent, spec, task, inputs, background, policy, attempt=1, call_id=ctx.call_id
+            ctx,
+            parent,
+            spec,
+            task,
+            inputs,
+            background,
+            policy,
+            attempt=1,
+            call_id=ctx.call_id,
+            turn=turn,
         )
         if background:
             self._start_in_background(new)
@@ -268,6 +280,7 @@ class Delegation:
         *,
         attempt: int,
         call_id: str,
+        turn: int,
         record: Recorder | None = None,
     ) -> NewChild:
         settings = self._settings(parent)
@@ -281,6 +294,7 @@ class Delegation:
             background=background,
             policy=policy,
             call_id=call_id,
+            turn=turn,
             attempt=attempt,
             max_depth=settings.max_depth,
             max_live=settings.max_live_children,
@@ -565,6 +579,7 @@ def make_child_again(
         background=record.background,
         policy=policy,
         call_id=call_id,
+        turn=record.turn,
         attempt=record.attempt + 1,
         max_depth=settings.max_depth,
         max_live=settings.max_live_children,
