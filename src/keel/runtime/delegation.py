@@ -201,6 +201,8 @@ class Delegation:
         """Background children that ended since the last look, recorded with their policy
         applied (a retry spawns its fresh child here); finished children's workspaces
         removed. Cheap when nothing changed: one snapshot read per live background child."""
+        if parent.status.terminal:
+            return []  # an ended run makes no retry; its children end with it
         self._remove_finished(parent)
         events: list[NewEvent] = []
         for child_id in live_children(parent):
@@ -232,12 +234,18 @@ class Delegation:
     def end_of_run(self, final: RunState) -> None:
         """A run ended: its live descendants are cancelled (``parent_ended:<status>``)
         and their ends recorded on it; finished children's workspaces removed."""
-        if not final.status.terminal or not final.children:
+        if not final.status.terminal:
             return
         reason = f"parent_ended:{final.status.value}"
-        for child_id in live_children(final):
+        live = set(live_children(final))
+        # A child whose spawn never reached the log (the run ended while it was being
+        # made, so its subagent_spawned was refused) must not outlive the run either.
+        live |= {c.run_id for c in self.store.child_runs(final.run_id) if not c.status.terminal}
+        for child_id in sorted(live):
             with contextlib.suppress(KeelError):  # it ended meanwhile
                 cancel_tree(self.store, child_id, reason)
+        if not final.children:
+            return
         state = self.store.load_run(final.run_id)
         events = []
         for child_id in live_children(state):
