@@ -259,7 +259,10 @@ class Driver:
                 try:
                     self._pending = fold_step(self.state, events_again, now=datetime.now(UTC))
                 except InvalidTransition:
-                    return  # the run moved on (e.g. cancelled): decide afresh
+                    # The run moved on (e.g. cancelled): decide afresh — unless it moved on
+                    # because another process took it over, which this one must report.
+                    self._confirm_lease()
+                    return
                 self._pending_events = events_again
                 self.state = self._pending.state
             else:
