@@ -20,7 +20,6 @@ background children between steps. Guarantees:
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -45,6 +44,14 @@ from keel.runtime.child_runs import (
     on_failure_dict,
 )
 from keel.runtime.child_slots import ChildSlots, execute_child
+from keel.runtime.observations import (
+    as_json,
+    recorded_finish,
+    shown_observation,
+    started_result,
+    status_only,
+    waiting_on,
+)
 from keel.store.base import Store
 from keel.tools.base import ToolContext, ToolResult
 from keel.tools.patch_staleness import stale_paths
@@ -54,7 +61,6 @@ if TYPE_CHECKING:
     from keel.runtime.harness import Harness
 
 WAIT_SLICE_S = 0.5  # how long one look at a child's log waits before looking again
-MAX_OUTPUT_IN_RESULT = 32_000  # characters of a child's output shown to the parent model
 Recorder = Callable[[Sequence[NewEvent]], None]
 
 
@@ -94,7 +100,7 @@ class Delegation:
             if not record.live:
                 return self._observation_result(parent, child_id)
             if background:
-                return _started(child_id, record.task_id, record.agent, again=True)
+                return started_result(child_id, record.task_id, record.agent, again=True)
             return self._foreground(ctx, parent, child_id)
         settings = self._settings(parent)
         check_limits(parent, max_depth=settings.max_depth, max_live=settings.max_live_children)
@@ -114,7 +120,7 @@ class Delegation:
         )
         if background:
             self._start_in_background(new)
-            return _started(new.state.run_id, new.task.id, spec.name, again=False)
+            return started_result(new.state.run_id, new.task.id, spec.name, again=False)
         return self._foreground(
             ctx, _parent_state(ctx, refresh=self.store), new.state.run_id, new=new
         )
@@ -160,21 +166,21 @@ class Delegation:
                 results.append(shown[child_id])
             else:
                 child = self.store.load_run(child_id)
-                results.append(_status_only(child))
+                results.append(status_only(child))
         data: dict[str, Any] = {"children_finished": list(finished.values())}
         if waiting_child is not None and waiting_child not in shown:
-            data["waiting_on_child"] = _waiting(ctx, self.store.load_run(waiting_child))
-        return ToolResult(output=_json({"results": results}), data=data)
+            data["waiting_on_child"] = waiting_on(ctx, self.store.load_run(waiting_child))
+        return ToolResult(output=as_json({"results": results}), data=data)
 
     def result(self, ctx: ToolContext, *, child: str) -> ToolResult:
         parent = _parent_state(ctx)
         child_id = self._resolve(parent, child)
         state = self.store.load_run(child_id)
         if not state.status.terminal and parent.children[child_id].live:
-            return ToolResult(output=_json(_status_only(state)))
+            return ToolResult(output=as_json(status_only(state)))
         data, shown = self._conclude(ctx, parent, child_id, state)
         extra = {"children_finished": [data]} if data is not None else {}
-        return ToolResult(output=_json(shown), data=extra)
+        return ToolResult(output=as_json(shown), data=extra)
 
     def handoff(self, ctx: ToolContext, *, agent: str, note: str) -> ToolResult:
         from keel.runtime.handoff import hand_over  # noqa: PLC0415 - only for a handoff
@@ -363,7 +369,7 @@ class Delegation:
                     "approve / keel answer on the child's id), collect it with agent_wait",
                 }
                 return ToolResult(
-                    output=_json(shown), data={"waiting_on_child": _waiting(ctx, child)}
+                    output=as_json(shown), data={"waiting_on_child": waiting_on(ctx, child)}
                 )
             if not child.status.terminal:
                 raise StopRequested(
@@ -372,8 +378,8 @@ class Delegation:
                 )
             data, retry = self._settle(parent, child_id, child, call_id=ctx.call_id, ctx=ctx)
             if retry is None:
-                shown = _shown_observation(data)
-                return ToolResult(output=_json(shown), data={"children_finished": [data]})
+                shown = shown_observation(data)
+                return ToolResult(output=as_json(shown), data={"children_finished": [data]})
             # A retry: the failed child's end and the fresh child's spawn go on record now.
             _record(ctx, [NewEvent(type=EventType.SUBAGENT_FINISHED, data=data), retry.spawned])
             parent = _parent_state(ctx, refresh=self.store)
@@ -400,12 +406,12 @@ class Delegation:
             return None, self._recorded_observation(parent, child_id, child)
         data, retry = self._settle(parent, child_id, child, call_id=record.call_id, ctx=ctx)
         if retry is None:
-            return data, _shown_observation(data)
+            return data, shown_observation(data)
         # The failed child's end and its fresh successor go on record now (the successor
         # runs in the background; the parent collects it like any other child).
         _record(ctx, [NewEvent(type=EventType.SUBAGENT_FINISHED, data=data), retry.spawned])
         self._start_in_background(retry)
-        return None, _shown_observation(data)
+        return None, shown_observation(data)
 
     def _settle(
         self,
@@ -517,16 +523,16 @@ class Delegation:
 
     def _observation_result(self, parent: RunState, child_id: str) -> ToolResult:
         child = self.store.load_run(child_id)
-        return ToolResult(output=_json(self._recorded_observation(parent, child_id, child)))
+        return ToolResult(output=as_json(self._recorded_observation(parent, child_id, child)))
 
     def _recorded_observation(
         self, parent: RunState, child_id: str, child: RunState
     ) -> dict[str, Any]:
         """What the parent is shown of a child whose end is already on record."""
-        found = _finished_event(self.store, parent.run_id, child_id)
+        found = recorded_finish(self.store, parent.run_id, child_id)
         if found is not None:
-            return _shown_observation(found)
-        return _status_only(child)
+            return shown_observation(found)
+        return status_only(child)
 
     def _remove_finished(self, parent: RunState, *, everything: bool = False) -> None:
         with self._lock:
@@ -626,92 +632,6 @@ def _with_finished(parent: RunState, data: dict[str, Any]) -> RunState:
 
     children, usage, _ = kids.finished(parent.children, parent.usage, data)
     return _evolve(parent, children=children, usage=usage)
-
-
-def _started(child_id: str, task_id: str | None, agent: str, *, again: bool) -> ToolResult:
-    word = "already running" if again else "started"
-    return ToolResult(
-        output=_json(
-            {
-                "child_run_id": child_id,
-                "task_id": task_id,
-                "agent": agent,
-                "status": word,
-                "collect_with": f'agent_wait(["{task_id or child_id}"])',
-            }
-        )
-    )
-
-
-def _waiting(ctx: ToolContext, child: RunState) -> dict[str, Any]:
-    return {
-        "call_id": ctx.call_id,
-        "child_run_id": child.run_id,
-        "what": child.reason,
-        "tool": "agent_spawn",
-    }
-
-
-def _status_only(child: RunState) -> dict[str, Any]:
-    return {
-        "child_run_id": child.run_id,
-        "task_id": child.task_id,
-        "status": child.status.value,
-        "reason": child.reason,
-        "steps": child.usage.steps,
-    }
-
-
-def _shown_observation(data: dict[str, Any]) -> dict[str, Any]:
-    shown = {
-        k: data.get(k)
-        for k in (
-            "child_run_id",
-            "task_id",
-            "agent",
-            "status",
-            "reason",
-            "summary",
-            "output",
-            "evidence",
-            "base_revision",
-            "base_commit",
-            "patch",
-            "patch_files",
-            "stale",
-            "policy",
-            "retried_as",
-            "retry_refused",
-        )
-        if data.get(k) not in (None, [], "")
-    }
-    usage = data.get("usage") or {}
-    shown["usage"] = {k: usage.get(k) for k in ("steps", "tool_calls", "tokens", "cost")}
-    if data.get("patch"):
-        shown["patch_files"] = list(data.get("patch_files") or [])
-        shown["stale"] = list(data.get("stale") or [])
-        shown["integrate_with"] = f'apply_patch("{data["patch"]}")'
-    if data.get("stale"):
-        shown["stale_note"] = (
-            "you changed these files after the child started: review before applying"
-        )
-    return shown
-
-
-def _finished_event(store: Store, parent_id: str, child_id: str) -> dict[str, Any] | None:
-    from keel.store.base import iter_all_events  # noqa: PLC0415
-
-    for event in iter_all_events(store, parent_id):
-        if event.type is EventType.SUBAGENT_FINISHED and event.data.get("child_run_id") == child_id:
-            return dict(event.data)
-    return None
-
-
-def _json(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False, indent=1, sort_keys=True)
-    if len(text) > MAX_OUTPUT_IN_RESULT:
-        text = text[:MAX_OUTPUT_IN_RESULT] + "\n[truncated]"
-    return text
 
 
 __all__ = ["Delegation", "on_failure_dict"]
