@@ -623,3 +623,16 @@ def test_a_call_id_reused_in_a_later_turn_spawns_a_new_child(tmp_path: Path, ws:
         assert [c.options.agent["name"] for c in children if c.options.agent] == ["one", "two"]
         finished = events_of(h, out.id, EventType.SUBAGENT_FINISHED)
         assert [e.data["summary"] for e in finished] == ["I am one", "I am two"]
+
+
+def test_a_broken_agents_config_refuses_the_spawn_naming_the_key(tmp_path: Path, ws: Path) -> None:
+    (ws / ".keel").mkdir(exist_ok=True)
+    (ws / ".keel" / "config.toml").write_text("[agents]\nmax_depth = 10000\n")
+    write_agent(ws, "finder", script=[complete()])
+    h, _ = harness(tmp_path, [{"tool_calls": [spawn("finder", "x")]}, complete()])
+    with h:
+        out = h.run("delegate", cwd=ws)
+        failed = tool_result(h, out.id, "call_0_0")
+        assert failed.type is EventType.TOOL_FAILED
+        assert "[agents] max_depth" in failed.data["message"]
+        assert h.store.child_runs(out.id) == []

@@ -129,3 +129,17 @@ def test_an_empty_source_or_ref_is_refused() -> None:
         parse_source("  ")
     with pytest.raises(ConfigError, match="REF after @ is empty"):
         parse_source("https://host/repo.git@ ")
+
+
+def test_an_option_shaped_source_is_never_read_as_a_git_option(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KEEL_GIT_WORKSPACES", str(tmp_path / "checkouts"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    marker = tmp_path / "ran"
+    model = write_script(tmp_path / "edit.json", EDIT)
+    with Harness(store=f"sqlite:///{tmp_path / 'keel.db'}", model=model) as h:
+        state = h.create("x", cwd=tmp_path, workspace_git=f"--upload-pack=touch {marker}")
+        with pytest.raises(ConfigError):
+            h.execute(state.run_id)
+    assert not marker.exists()
