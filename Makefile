@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint bench clean bubblewrap
+.PHONY: install demo test lint bench clean bubblewrap chromium
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -22,7 +22,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check src tests bench
 	$(BIN)/mypy --strict src
 
-test: lint bubblewrap
+test: lint bubblewrap chromium
 	$(BIN)/pytest -q
 
 # The sandbox tests need bubblewrap: installed here when we can (root with apt-get).
@@ -31,6 +31,13 @@ bubblewrap:
 	  && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap \
 	  >/dev/null; } || echo "bubblewrap is not installed: the sandbox tests will be skipped \
 	(install it: sudo apt-get install bubblewrap, or dnf/pacman install bubblewrap)"
+
+# The web console's browser tests drive the system Chromium (never a downloaded one).
+chromium:
+	@[ -x /usr/bin/chromium ] || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+	  && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium \
+	  >/dev/null; } || echo "chromium is not installed at /usr/bin/chromium: the web console's \
+	browser tests (tests/browser) will be skipped (install it: sudo apt-get install chromium)"
 
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[bench]'
