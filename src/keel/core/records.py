@@ -41,6 +41,9 @@ class RunOptions:
     workspace_kind: str | None = None  # isolated | shared-readonly | shared (children only)
     isolated: dict[str, Any] | None = None  # the isolated workspace (runtime.worktrees)
     workspace_git: dict[str, Any] | None = None  # url, ref: checked out where it executes
+    # --- service (``keel serve``); stored only when set ---
+    creator: str | None = None  # who created the run, e.g. "token:NAME"; None: the CLI
+    follows: str | None = None  # the run this one follows up (``keel message`` on an ended run)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -67,6 +70,8 @@ class RunOptions:
             "workspace_kind",
             "isolated",
             "workspace_git",
+            "creator",
+            "follows",
         ):
             value = getattr(self, key)
             if value is not None:
@@ -93,6 +98,8 @@ class RunOptions:
             workspace_kind=d.get("workspace_kind"),
             isolated=d.get("isolated"),
             workspace_git=d.get("workspace_git"),
+            creator=d.get("creator"),
+            follows=d.get("follows"),
         )
 
     @property

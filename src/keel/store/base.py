@@ -87,6 +87,21 @@ class LogCheck:
         return self.damage is None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApiToken:
+    """A named API bearer token as the store keeps it: never the token, only (elsewhere,
+    in the store) its SHA-256. ``revoked_at`` set: the token no longer authenticates."""
+
+    name: str
+    created_at: datetime
+    revoked_at: datetime | None = None
+    last_used_at: datetime | None = None  # optional bookkeeping; may stay None
+
+    @property
+    def live(self) -> bool:
+        return self.revoked_at is None
+
+
 @runtime_checkable
 class Store(Protocol):
     """Authoritative state of runs, events, artifacts and tasks."""
@@ -145,6 +160,37 @@ class Store(Protocol):
     ) -> list[RunState | LogDamaged]:
         """As ``list_runs``, but a run whose log is damaged is listed as its
         ``LogDamaged`` instead of hiding the other runs."""
+        ...
+
+    def page_runs(
+        self,
+        *,
+        status: RunStatus | None = None,
+        parent_id: str | None = None,
+        creator: str | None = None,
+        before: str | None = None,
+        limit: int = 50,
+        top_level: bool = False,
+    ) -> tuple[list[RunState], str | None]:
+        """One page of runs, newest first (``created_at`` DESC, then id DESC: stable).
+
+        ``before`` is the opaque cursor the previous page returned (None: the first
+        page); the result is ``(runs, next_cursor)``, ``next_cursor`` None when no run
+        is left. Paging never skips or repeats a run, even while runs are created
+        between fetches (new ones sort before the first page). Filters combine;
+        ``top_level=True`` keeps runs without a parent. ``limit`` is clamped to 1..500.
+        A malformed cursor raises ``UsageError`` ("invalid cursor: ..."), as does
+        ``parent_id`` with ``top_level=True``; ``LogDamaged`` if a listed run's log is.
+        """
+        ...
+
+    def count_runs_by_status(self) -> dict[RunStatus, int]:
+        """How many runs are in each status; every status is a key (zeros included)."""
+        ...
+
+    def queue_depth(self) -> int:
+        """Work waiting for a worker: queued runs without a task plus pending tasks
+        whose blockers are all completed (claimable now)."""
         ...
 
     def child_runs(self, run_id: str) -> list[RunState]:
@@ -288,6 +334,28 @@ class Store(Protocol):
 
     def wait_for_work(self, timeout: float) -> bool:
         """Block until new work may be claimable (NOTIFY on PostgreSQL) or timeout."""
+        ...
+
+    # --- API tokens ----------------------------------------------------------------
+
+    def create_token(self, name: str, token_hash: str) -> ApiToken:
+        """Record a token by ``name`` and its SHA-256 hex (the token itself is never
+        stored). ``UsageError`` if the name breaks the rule (1..64 of ``[A-Za-z0-9_.@-]``)
+        or a live token has it ("a token named NAME already exists; revoke it first");
+        a revoked token's name may be reused (the old row is replaced)."""
+        ...
+
+    def list_tokens(self) -> list[ApiToken]:
+        """Every token, oldest first, revoked ones included."""
+        ...
+
+    def revoke_token(self, name: str) -> ApiToken:
+        """Revoke the live token ``name``; ``NotFound`` ("no live token named NAME")
+        when there is none."""
+        ...
+
+    def token_by_hash(self, token_hash: str) -> ApiToken | None:
+        """The live token whose stored hash is ``token_hash``; None otherwise."""
         ...
 
     def close(self) -> None: ...

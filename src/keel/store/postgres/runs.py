@@ -164,6 +164,7 @@ class PostgresRuns:
                 "goal": goal,
                 "workspace": workspace,
                 "key": idempotency_key,
+                "creator": options.creator,
                 "snapshot": dump_json(state.to_dict()),
                 "at": now,
                 "event_id": event.event_id,

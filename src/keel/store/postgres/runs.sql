@@ -6,9 +6,9 @@
 -- idempotency key nothing is inserted and no row comes back.
 WITH run AS (
     INSERT INTO runs (id, parent_id, task_id, status, goal, workspace, idempotency_key,
-                      snapshot, last_seq, last_hash, created_at, updated_at)
+                      snapshot, last_seq, last_hash, created_at, updated_at, creator)
     VALUES (%(id)s, %(parent_id)s, %(task_id)s, %(status)s, %(goal)s, %(workspace)s,
-            %(key)s, %(snapshot)s, 1, %(hash)s, %(at)s, %(at)s)
+            %(key)s, %(snapshot)s, 1, %(hash)s, %(at)s, %(at)s, %(creator)s)
     ON CONFLICT DO NOTHING
     RETURNING id
 )

@@ -168,6 +168,7 @@ class SQLiteRuns:
                             event.hash,
                             now_text,
                             now_text,
+                            options.creator,
                         ),
                     )
                 except sqlite3.IntegrityError:

@@ -11,8 +11,8 @@ SELECT 1 FROM runs WHERE id = ?
 -- name: insert_run
 INSERT INTO runs (
     id, parent_id, task_id, status, goal, workspace, idempotency_key,
-    snapshot, last_seq, last_hash, created_at, updated_at
-) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    snapshot, last_seq, last_hash, created_at, updated_at, creator
+) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 
 -- name: insert_event
 -- The database refuses a seq that is not the run's last + 1, and a row without its hash.

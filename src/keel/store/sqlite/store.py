@@ -7,13 +7,13 @@ from pathlib import Path
 
 from keel.store.sqlite.connection import Database
 from keel.store.sqlite.migrate import SQLiteMigrations, discover, migrate
-from keel.store.sqlite.runs import SQLiteRuns
+from keel.store.sqlite.service import SQLiteService
 from keel.store.sqlite.tasks import SQLiteTasks
 
 WORK_POLL_S = 0.1
 
 
-class SQLiteStore(SQLiteRuns, SQLiteTasks):
+class SQLiteStore(SQLiteService, SQLiteTasks):
     """The ``Store`` protocol over one SQLite file (see ``connection`` for durability).
 
     Opening migrates the file to the newest schema; a file that is not a Keel
