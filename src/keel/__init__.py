@@ -6,11 +6,13 @@ from keel.core.events import Event, EventType
 from keel.core.state import RunState
 from keel.core.status import RunStatus
 from keel.core.tasks import Task, TaskStatus
+from keel.runtime.async_harness import AsyncHarness
 from keel.runtime.harness import Harness, RunOutcome
 from keel.store.base import Store
 from keel.store.url import open_store
 
 __all__ = [
+    "AsyncHarness",
     "Budget",
     "Event",
     "EventType",

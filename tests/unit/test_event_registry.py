@@ -43,6 +43,9 @@ PINNED = {
     "POLICY_CHANGED": "policy_changed",
     "WAITING_ON_CHILD": "waiting_on_child",
     "HANDED_OFF": "handed_off",
+    "PAUSE_REQUESTED": "pause_requested",
+    "MESSAGE_RECEIVED": "message_received",
+    "FOLLOW_UP_CREATED": "follow_up_created",
 }
 
 

@@ -1,8 +1,8 @@
 """`keel run`, `resume`, `approve`, `answer`, `cancel`: driving runs and deciding for them.
 
 Exit codes of run/resume (SPEC): 0 completed, 1 failed, 2 usage or config error,
-3 waiting (approval or answer needed), 4 blocked, 5 cancelled; 130 interrupted
-(the run stays resumable).
+3 waiting (approval or answer needed) or paused (``keel pause``; ``keel resume`` goes
+on), 4 blocked, 5 cancelled; 130 interrupted (the run stays resumable).
 """
 
 from __future__ import annotations
@@ -89,7 +89,11 @@ def run_command(
     json_out: bool = JsonOption,
     store: str | None = StoreOption,
 ) -> None:
-    """Start a run and drive it; prints the run id first."""
+    """Start a run and drive it; prints the run id first.
+
+    Exit codes: 0 completed, 1 failed, 2 usage error, 3 waiting for a person or paused
+    (`keel pause`: `keel resume RUN` goes on), 4 blocked, 5 cancelled.
+    """
     if plan_then and mode not in (None, "plan"):
         fail(f"--plan-then starts the run in plan mode; drop --mode {mode} (or use --mode plan)")
     if record is not None and detach:
@@ -129,7 +133,7 @@ def run_command(
     if detach:
         return
     _warn_unconfined(harness, state)
-    _drive(harness, state.run_id, json_out, answer_store_flag(store), record=record)
+    drive(harness, state.run_id, json_out, answer_store_flag(store), record=record)
 
 
 RUN_OPTION_NAMES = {
@@ -182,14 +186,16 @@ def resume_command(
     ),
     store: str | None = StoreOption,
 ) -> None:
-    """Continue a run that stopped cleanly, was interrupted, or crashed.
+    """Continue a run that was paused, stopped cleanly, was interrupted, or crashed.
 
-    A run whose process died on this machine is taken over at once; one a live process
-    holds is waited for, with a countdown, until its lease lapses (--no-wait: exit 2).
+    A paused run (`keel pause`) goes on here, in the foreground. A run whose process died
+    on this machine is taken over at once; one a live process holds is waited for, with
+    a countdown, until its lease lapses (--no-wait: exit 2). Exit codes: 0 completed,
+    1 failed, 2 usage error, 3 waiting or paused, 4 blocked, 5 cancelled.
     """
     harness = Harness(store=store_url(store))
     try:
-        _drive(
+        drive(
             harness,
             run_id,
             json_out,
@@ -202,7 +208,7 @@ def resume_command(
         fail(lease_held_line(exc, run_id))
 
 
-def _drive(
+def drive(
     harness: Harness,
     run_id: str,
     json_out: bool,
@@ -298,6 +304,10 @@ def _report(outcome: RunOutcome, json_out: bool, store_flag: str) -> None:
     if state.status is RunStatus.WAITING:
         for text in describe_wait(state, store_flag):
             console.print(text, highlight=False)
+    if state.status is RunStatus.PAUSED:
+        console.print(
+            f"  paused: `keel resume {state.run_id}{store_flag}` goes on", highlight=False
+        )
     for ref in outcome.evidence:
         console.print(f"  evidence: {ref}", highlight=False)
     unfinished = (state.result or {}).get("unfinished")

@@ -50,6 +50,9 @@ class EventType(StrEnum):
     POLICY_CHANGED = "policy_changed"  # the policy file read again on resume: new rules, summary
     WAITING_ON_CHILD = "waiting_on_child"  # call id, child run id, what the child waits for
     HANDED_OFF = "handed_off"  # the run that takes over (handoff), the agent, the note
+    PAUSE_REQUESTED = "pause_requested"  # by, reason: the run pauses after its current step
+    MESSAGE_RECEIVED = "message_received"  # text, by: a person's words the model reads next
+    FOLLOW_UP_CREATED = "follow_up_created"  # run_id, by: an ended run's follow-up run
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -58,11 +58,12 @@ def snapshot_of(self: RunState) -> dict[str, Any]:
 
 
 def _delegation_dict(self: RunState) -> dict[str, Any]:
-    """The delegation fields, only when set (most runs spawn nothing)."""
+    """The delegation and steering fields, only when set (most runs spawn nothing and
+    are never paused), so older snapshots and new ones read alike."""
     d: dict[str, Any] = {}
     if self.children:
         d["children"] = {k: r.to_dict() for k, r in self.children.items()}
-    for key in ("child_failure", "escalation", "handoff"):
+    for key in ("child_failure", "escalation", "handoff", "pause_requested"):
         value = getattr(self, key)
         if value is not None:
             d[key] = value
@@ -107,6 +108,7 @@ def state_from_snapshot(d: dict[str, Any]) -> RunState:
         child_failure=d.get("child_failure"),
         escalation=d.get("escalation"),
         handoff=d.get("handoff"),
+        pause_requested=d.get("pause_requested"),
         last_seq=int(d.get("last_seq", 0)),
         last_hash=str(d.get("last_hash") or ""),
         updated_at=d.get("updated_at"),

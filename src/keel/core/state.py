@@ -72,6 +72,8 @@ class RunState:
     child_failure: dict[str, Any] | None = None  # a fail_fast child failed: the run fails
     escalation: dict[str, Any] | None = None  # a child failed: a person decides what next
     handoff: dict[str, Any] | None = None  # the run that took over (the run then completes)
+    # --- steering (keel.runtime.steering) ---
+    pause_requested: dict[str, Any] | None = None  # by, reason: pause at the next step boundary
     last_seq: int = 0
     last_hash: str = ""  # chain hash of event last_seq (keel.core.chain); "" before any
     updated_at: str | None = None
@@ -213,7 +215,21 @@ def _status_changed(s: RunState, d: dict[str, Any]) -> RunState:
     to = RunStatus(d["to"])
     pending = s.pending if to is RunStatus.WAITING else None
     result = d.get("result", s.result)
-    return _evolve(s, status=to, reason=d.get("reason"), pending=pending, result=result)
+    return _evolve(
+        s,
+        status=to,
+        reason=d.get("reason"),
+        pending=pending,
+        result=result,
+        pause_requested=s.pause_requested if to in PAUSE_KEPT_THROUGH else None,
+    )
+
+
+# A pause request outlives only these moves: the model asking to finish (verifiers run,
+# and a run sent back to work pauses then). Pausing, waiting for a person or ending
+# answers it: the run stopped, and a person's next decision (resume, approve, answer)
+# means go on.
+PAUSE_KEPT_THROUGH = frozenset({RunStatus.VERIFYING, RunStatus.RUNNING})
 
 
 def _model_responded(s: RunState, d: dict[str, Any]) -> RunState:
@@ -514,6 +530,10 @@ def _waiting_on_child(s: RunState, d: dict[str, Any]) -> RunState:
     return _evolve(s, pending=pending)
 
 
+def _pause_requested(s: RunState, d: dict[str, Any]) -> RunState:
+    return _evolve(s, pause_requested={"by": d.get("by"), "reason": d.get("reason")})
+
+
 def _handed_off(s: RunState, d: dict[str, Any]) -> RunState:
     return _evolve(s, handoff={"run_id": d.get("run_id"), "agent": d.get("agent")})
 
@@ -560,6 +580,9 @@ _APPLY = {
     EventType.POLICY_CHANGED: _policy_changed,
     EventType.WAITING_ON_CHILD: _waiting_on_child,
     EventType.HANDED_OFF: _handed_off,
+    EventType.PAUSE_REQUESTED: _pause_requested,
+    EventType.MESSAGE_RECEIVED: _unchanged,  # the transcript shows it to the model
+    EventType.FOLLOW_UP_CREATED: _unchanged,
 }
 
 __all__ = ["UNRUN_FINISH_REASONS", "RunState", "call_signature", "calls_run", "transition"]

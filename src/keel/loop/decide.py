@@ -77,13 +77,22 @@ def decide(state: RunState, sit: Situation) -> Action:
     status = state.status
     if status.terminal:
         return Halt(status=status)
-    if status in (RunStatus.QUEUED, RunStatus.PAUSED):
+    if status is RunStatus.QUEUED:
         return Commit(events=(transition(state, RunStatus.RUNNING, None),))
+    if status is RunStatus.PAUSED:
+        # Only a person's resume moves a paused run on (``keel.runtime.steering``); a
+        # process that finds one paused under it (a pause landed as it took the run)
+        # stops driving it.
+        return Halt(status=status)
     if status is RunStatus.WAITING:
         return _decide_waiting(state, sit)
     if status is RunStatus.VERIFYING:
         return RunVerifiers(commands=state.options.verify)
     # running
+    if state.pause_requested is not None and not state.open_calls:
+        # A step boundary: nothing started is unfinished, so the run pauses here and
+        # starts nothing new (its model's remaining calls run after the resume).
+        return Commit(events=(pause_event(state),))
     delegated = _delegation(state)
     if delegated is not None:
         return delegated
@@ -99,6 +108,16 @@ def decide(state: RunState, sit: Situation) -> Action:
     if exhausted is not None:
         return exhausted
     return _before_model(state)
+
+
+def pause_event(state: RunState) -> NewEvent:
+    """The move to ``paused`` a pause request asks of ``state``: reason ``paused by BY``
+    (and ``: REASON`` when the request gave one)."""
+    request = state.pause_requested or {}
+    reason = f"paused by {request.get('by') or 'someone'}"
+    if request.get("reason"):
+        reason += f": {request['reason']}"
+    return transition(state, RunStatus.PAUSED, reason)
 
 
 def _delegation(state: RunState) -> Action | None:
@@ -623,4 +642,4 @@ def _control(
     raise AssertionError(f"not a control tool: {name}")
 
 
-__all__ = ["Gate", "Situation", "ToolCatalog", "decide"]
+__all__ = ["Gate", "Situation", "ToolCatalog", "decide", "pause_event"]

@@ -27,11 +27,19 @@ MAX_TOOL_TEXT = 12_000  # characters of one tool result shown to the model
 
 
 class Transcript:
-    """Messages after the goal, in order; apply events as they are stored."""
+    """Messages after the goal, in order; apply events as they are stored.
+
+    A person's message (``message_received``) is shown as a user message at the model's
+    next turn. One that arrives while the latest turn's calls are still being answered
+    is placed after their results (a user message between a turn's calls and their
+    results is invalid on the wire); log order is kept otherwise.
+    """
 
     def __init__(self, events: Iterable[Event] = ()) -> None:
         self.messages: deque[Message] = deque(maxlen=KEPT_MESSAGES)
         self.dropped = 0
+        self._unanswered: set[str] = set()  # call ids of the latest turn without a result
+        self._held: list[Message] = []  # people's messages waiting for those results
         for event in events:
             self.apply(event)
 
@@ -39,6 +47,20 @@ class Transcript:
         message = _message_for(event.type, event.data)
         if message is None:
             return
+        if event.type is EventType.MESSAGE_RECEIVED and self._unanswered:
+            self._held.append(message)
+            return
+        if message.role == "assistant":
+            self._unanswered = {call.id for call in message.tool_calls}
+        elif message.role == "tool":
+            self._unanswered.discard(message.tool_call_id or "")
+        self._append(message)
+        if self._held and not self._unanswered:
+            held, self._held = self._held, []
+            for waiting in held:
+                self._append(waiting)
+
+    def _append(self, message: Message) -> None:
         if len(self.messages) == self.messages.maxlen:
             self.dropped += 1
         self.messages.append(message)
@@ -73,7 +95,14 @@ def _message_for(kind: EventType, d: dict[str, Any]) -> Message | None:
         )
     if kind is EventType.NOTE_ADDED:
         return Message(role="user", content=f"[harness] {d.get('text', '')}")
+    if kind is EventType.MESSAGE_RECEIVED:
+        return Message(role="user", content=message_text(d))
     return None
+
+
+def message_text(d: dict[str, Any]) -> str:
+    """A person's message (``message_received`` data) as the model reads it."""
+    return f"[message from {d.get('by') or 'a person'}] {d.get('text', '')}"
 
 
 def _assistant(d: dict[str, Any]) -> Message:

@@ -99,13 +99,14 @@ class CancelReport:
         }
 
 
-def cancel_tree(store: Store, run_id: str, reason: str) -> CancelReport:
+def cancel_tree(store: Store, run_id: str, reason: str, *, by: str | None = None) -> CancelReport:
     """Cancel ``run_id`` with ``reason`` and every live descendant with ``parent_cancelled``.
 
-    RunNotFound for an unknown run; InvalidTransition (nothing written) if the run
-    itself has already ended or ``reason`` is blank.
+    ``by`` (who decided: a person's name, ``token:NAME`` through the API) is recorded on
+    the run's own ``status_changed``. RunNotFound for an unknown run; InvalidTransition
+    (nothing written) if the run itself has already ended or ``reason`` is blank.
     """
-    state = _cancel(store, store.load_run(run_id), reason, descendant=False)
+    state = _cancel(store, store.load_run(run_id), reason, descendant=False, by=by)
     assert state is not None  # the run itself: an ended one raised InvalidTransition
     release_claims_of_ended_run(store, state)
     cancelled: list[str] = []
@@ -147,7 +148,9 @@ def _cancel_descendants(
     return tree, cancelled
 
 
-def _cancel(store: Store, state: RunState, reason: str, *, descendant: bool) -> RunState | None:
+def _cancel(
+    store: Store, state: RunState, reason: str, *, descendant: bool, by: str | None = None
+) -> RunState | None:
     """Append the move to ``cancelled``, reading again after a concurrent write.
 
     A descendant that has ended is left as it is (None); for the run itself that is an
@@ -156,7 +159,8 @@ def _cancel(store: Store, state: RunState, reason: str, *, descendant: bool) -> 
     for attempt in range(CANCEL_ATTEMPTS):
         if descendant and state.status.terminal:
             return None
-        event = transition(state, RunStatus.CANCELLED, reason)
+        extra = {"by": by} if by else {}
+        event = transition(state, RunStatus.CANCELLED, reason, **extra)
         try:
             cancelled, _ = store.append_events(state.run_id, [event], expected_seq=state.last_seq)
         except ConcurrentUpdate:

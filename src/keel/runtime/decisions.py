@@ -2,7 +2,8 @@
 
 Each is one optimistic append: it checks what the run is waiting for, writes the
 decision and the move back to ``running`` atomically, and fails with a precise
-error (and nothing written) when there is nothing to decide.
+error (and nothing written) when there is nothing to decide. Every decision records
+who took it (``by``: a person's name, or ``token:NAME`` through the API).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from keel.policy.approvals import APPROVAL_KINDS, is_expired
 from keel.policy.approvals import decide_approval as approval_decision
 from keel.runtime.cancel_tree import cancel_tree
 from keel.store.base import Store
+
+DEFAULT_BY = "cli user"  # who decided, when a caller names no one
 
 
 def decide_approval(
@@ -77,7 +80,9 @@ def decide_approval(
     return new_state
 
 
-def answer_question(store: Store, run_id: str, text: str) -> RunState:
+def answer_question(store: Store, run_id: str, text: str, *, by: str = DEFAULT_BY) -> RunState:
+    """Answer the question a waiting run asked (or instruct it about a failed child);
+    ``by`` (who answered) is recorded with the answer."""
     state = store.load_run(run_id)
     pending = state.pending
     if (
@@ -91,7 +96,12 @@ def answer_question(store: Store, run_id: str, text: str) -> RunState:
     events = [
         NewEvent(
             type=EventType.INPUT_RECEIVED,
-            data={"call_id": pending.call_id, "question": pending.question, "answer": text},
+            data={
+                "call_id": pending.call_id,
+                "question": pending.question,
+                "answer": text,
+                "by": by,
+            },
         ),
     ]
     if pending.kind == "child_failure":  # an instruction instead of a retry: the model reads it
@@ -107,10 +117,11 @@ def answer_question(store: Store, run_id: str, text: str) -> RunState:
     return new_state
 
 
-def cancel_run(store: Store, run_id: str, reason: str) -> RunState:
+def cancel_run(store: Store, run_id: str, reason: str, *, by: str = DEFAULT_BY) -> RunState:
     """Cancel the run and every live descendant (``keel.runtime.cancel_tree``); the
-    claims of each go back now. Returns the run's new state."""
-    return cancel_tree(store, run_id, reason).state
+    claims of each go back now. Returns the run's new state; ``by`` is recorded on its
+    ``status_changed``."""
+    return cancel_tree(store, run_id, reason, by=by).state
 
 
 def _describe(state: RunState) -> str:

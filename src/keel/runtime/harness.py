@@ -27,7 +27,7 @@ from keel.models.connections import close_shared_clients
 from keel.models.resolve import resolve_model
 from keel.policy.modes import parse_mode
 from keel.policy.rules import Policy
-from keel.runtime import decisions
+from keel.runtime import decisions, steering
 from keel.runtime.agent_config import load_agent_settings
 from keel.runtime.approval_config import load_approval_settings
 from keel.runtime.cancel_tree import CancelReport, cancel_tree
@@ -46,6 +46,8 @@ from keel.runtime.heartbeat import Heartbeat
 from keel.runtime.identity import process_owner
 from keel.runtime.resume import read_policy_again, resume_events
 from keel.runtime.secrets import WorkspaceSecrets, load_redactor, refuse_secret_commands
+from keel.runtime.steering import follow_up_events
+from keel.runtime.streaming import stream_run
 from keel.runtime.takeover import TakeOver, WaitListener, take_run_lease, this_holder
 from keel.runtime.task_claims import RunTaskClaims, claim_lease_for
 from keel.sandbox.choose import open_sandbox
@@ -65,6 +67,7 @@ EXIT_CODES = {
     RunStatus.COMPLETED: 0,
     RunStatus.FAILED: 1,
     RunStatus.WAITING: 3,
+    RunStatus.PAUSED: 3,  # resumable, needs a person: `keel resume`
     RunStatus.BLOCKED: 4,
     RunStatus.CANCELLED: 5,
 }
@@ -94,7 +97,8 @@ class RunOutcome:
 
     @property
     def exit_code(self) -> int:
-        """0 completed, 1 failed, 3 waiting, 4 blocked, 5 cancelled, 130 interrupted."""
+        """0 completed, 1 failed, 3 waiting or paused, 4 blocked, 5 cancelled, 130
+        interrupted."""
         return EXIT_CODES.get(self.state.status, 130)
 
 
@@ -235,6 +239,11 @@ class Harness:
         outcome = self.execute(state.run_id, on_delta=on_delta, record=record)
         return self.follow_handoffs(outcome)
 
+    def stream(self, goal: str, **options: Any) -> Iterator[Event]:
+        """Create a run (``run``'s arguments) and drive it in a background thread, yielding
+        each event as committed until it ends, waits or pauses (``keel.runtime.streaming``)."""
+        return stream_run(self, goal, **options)
+
     def follow_handoffs(self, outcome: RunOutcome) -> RunOutcome:
         """Drive the runs ``outcome``'s run handed its task to, in turn, here; the last
         one's outcome (a run no one else already executes)."""
@@ -254,6 +263,7 @@ class Harness:
         on_delta: DeltaSink | None = None,
         record: str | Path | None = None,
         model: str | None = None,
+        by: str | None = None,
     ) -> RunOutcome:
         """Continue a run from the store alone (in this or any other process).
 
@@ -261,10 +271,18 @@ class Harness:
         process holds is waited for up to ``wait`` seconds (None: until it lapses),
         ``on_wait`` told as it goes; past that, ``LeaseHeld``. ``model`` (a spec)
         drives the rest of this run instead of the one it was created with — say after
-        a provider ran out of credit; every later ``model_requested`` names it.
+        a provider ran out of credit; every later ``model_requested`` names it. A
+        paused run is resumed (its ``status_changed`` names ``by``, default this
+        harness's owner) and driven here.
         """
         return self.execute(
-            run_id, wait=wait, on_wait=on_wait, on_delta=on_delta, record=record, model=model
+            run_id,
+            wait=wait,
+            on_wait=on_wait,
+            on_delta=on_delta,
+            record=record,
+            model=model,
+            resume_paused_by=by or self.person,
         )
 
     def execute(
@@ -278,9 +296,16 @@ class Harness:
         on_delta: DeltaSink | None = None,
         record: str | Path | None = None,
         model: str | None = None,
+        resume_paused_by: str | None = None,
     ) -> RunOutcome:
         """Drive ``run_id`` under its lease; ``LeaseHeld`` if another process has it
         (after waiting up to ``wait`` seconds for it, as ``resume`` does).
+
+        A paused run stays paused (the driver stops at once, the lease given back)
+        unless ``resume_paused_by`` names who resumes it; a run that gets paused while
+        driven (``keel pause``) stops after its current step, leaving its lease free.
+        A follow-up run (``options.follows``) first records the run it follows's
+        outcome and evidence for its model (``keel.runtime.steering``).
 
         ``should_stop`` is asked between steps: when it says yes the run is left
         resumable (its lease released) instead of being driven further. A resumed run
@@ -354,9 +379,17 @@ class Harness:
             with heartbeat:
                 holder = held.holder or this_holder()
                 driver.commit(
-                    resume_events(
-                        state, owner=self.owner, holder=holder, takeover=taken, policy=policy
-                    )
+                    [
+                        *resume_events(
+                            state,
+                            owner=self.owner,
+                            holder=holder,
+                            takeover=taken,
+                            policy=policy,
+                            resumed_by=resume_paused_by,
+                        ),
+                        *follow_up_events(self.store, state),
+                    ]
                 )
                 if driver.state.options.policy != state.options.policy:  # policy_changed
                     containment = self.containment(driver.state)
@@ -402,24 +435,46 @@ class Harness:
 
     # --- people --------------------------------------------------------------------------
 
+    @property
+    def person(self) -> str:
+        """Who decides through this harness when a call names no one: the owner's name
+        without this process's incarnation (``KEEL_AGENT_ID``, else ``user@host``)."""
+        return self.owner.split("/")[0]
+
     def approve(
         self, run_id: str, *, deny: bool = False, reason: str | None = None, by: str | None = None
     ) -> RunState:
         return decisions.decide_approval(
-            self.store, run_id, deny=deny, reason=reason, by=by or self.owner.split("/")[0]
+            self.store, run_id, deny=deny, reason=reason, by=by or self.person
         )
 
-    def answer(self, run_id: str, text: str) -> RunState:
-        return decisions.answer_question(self.store, run_id, text)
+    def answer(self, run_id: str, text: str, *, by: str | None = None) -> RunState:
+        return decisions.answer_question(self.store, run_id, text, by=by or self.person)
 
-    def cancel(self, run_id: str, reason: str) -> RunState:
+    def pause(self, run_id: str, *, reason: str | None = None, by: str | None = None) -> RunState:
+        """Ask the run to pause after its current step (``steering.request_pause``)."""
+        return steering.request_pause(self.store, run_id, by=by or self.person, reason=reason)
+
+    def resume_paused(self, run_id: str, *, by: str | None = None) -> RunState:
+        """Move a paused run back to ``running`` for a worker to pick up
+        (``steering.resume_run``); ``resume`` drives it here instead."""
+        return steering.resume_run(self.store, run_id, by=by or self.person)
+
+    def message(
+        self, run_id: str, text: str, *, by: str | None = None, queue: bool = False
+    ) -> steering.MessageResult:
+        """A person's message to the run, or a follow-up of an ended run
+        (``steering.send_message``)."""
+        return steering.send_message(self.store, run_id, text, by=by or self.person, queue=queue)
+
+    def cancel(self, run_id: str, reason: str, *, by: str | None = None) -> RunState:
         """Cancel the run and every live descendant; the run's new state."""
-        return decisions.cancel_run(self.store, run_id, reason)
+        return decisions.cancel_run(self.store, run_id, reason, by=by or self.person)
 
-    def cancel_tree(self, run_id: str, reason: str) -> CancelReport:
+    def cancel_tree(self, run_id: str, reason: str, *, by: str | None = None) -> CancelReport:
         """Cancel the run and every live descendant (reason ``parent_cancelled``); the
         report lists them and the side effects already done in the tree."""
-        return cancel_tree(self.store, run_id, reason)
+        return cancel_tree(self.store, run_id, reason, by=by or self.person)
 
     # --- reading -------------------------------------------------------------------------
 

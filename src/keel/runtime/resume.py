@@ -21,7 +21,8 @@ from typing import Any
 from keel.core.errors import ToolError
 from keel.core.events import EventType, NewEvent
 from keel.core.records import canonical_json
-from keel.core.state import RunState
+from keel.core.state import RunState, transition
+from keel.core.status import RunStatus
 from keel.loop.outcomes import note_event
 from keel.policy.rules import POLICY_FILE, Policy, Rule, load_policy
 from keel.runtime.takeover import TakeOver
@@ -92,10 +93,13 @@ def resume_events(
     holder: LeaseHolder,
     takeover: TakeOver | None,
     policy: Policy | None,
+    resumed_by: str | None = None,
 ) -> list[NewEvent]:
     """The events a resume records before the run goes on (none for a fresh run).
 
-    ``policy`` is ``read_policy_again``'s answer (None: not read).
+    ``policy`` is ``read_policy_again``'s answer (None: not read). ``resumed_by`` is the
+    person who asked to go on: a paused run moves back to ``running`` in the same step,
+    its ``status_changed`` naming them (without it a paused run stays paused).
     """
     events = []
     if takeover is not None:
@@ -112,6 +116,8 @@ def resume_events(
             data={"owner": owner, "host": holder.host, "pid": holder.pid},
         )
     )
+    if resumed_by is not None and state.status is RunStatus.PAUSED:
+        events.append(transition(state, RunStatus.RUNNING, None, by=resumed_by))
     drift = workspace_drift(state)
     if drift:
         events.append(NewEvent(type=EventType.WORKSPACE_CHANGED, data={"changed_files": drift}))
