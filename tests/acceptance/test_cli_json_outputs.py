@@ -16,6 +16,9 @@ import typer
 from typer.testing import CliRunner
 
 from keel.cli.app import app
+from keel.core.state import transition
+from keel.core.status import RunStatus
+from keel.store.url import open_store
 from keel.testing.cli import DONE, KeelWorkspace, call, expect, turn
 
 
@@ -42,6 +45,9 @@ def strict_loads(text: str) -> Any:
     return json.loads(text, parse_constant=refuse)
 
 
+GROUPS = ("tasks", "token")  # command groups: driven in this process, named by two words
+
+
 class JsonKeel:
     """Runs ``keel ARGS --json`` and parses every line it printed.
 
@@ -54,7 +60,8 @@ class JsonKeel:
         self.ran: set[str] = set()
 
     def __call__(self, *args: str, code: int = 0) -> list[Any]:
-        if args[0] == "tasks":
+        group = args[0] in GROUPS
+        if group:
             env = {**self.ws.env, "KEEL_STORE": self.ws.url}
             invoked = CliRunner().invoke(app, [*args, "--json"], env=env)
             assert invoked.exit_code == code, invoked.output
@@ -63,7 +70,7 @@ class JsonKeel:
             result = self.ws.keel(*args, "--json")
             out = expect(result, code)
             assert "Traceback" not in result.stderr
-        self.ran.add(" ".join(args[:2]) if args[0] == "tasks" else args[0])
+        self.ran.add(" ".join(args[:2]) if group else args[0])
         lines = [line for line in out.splitlines() if line.strip()]
         assert lines, f"keel {' '.join(args)} --json printed nothing"
         return [strict_loads(line) for line in lines]
@@ -92,7 +99,21 @@ def test_every_json_command_prints_strict_json(ws: KeelWorkspace) -> None:
     assert [e["seq"] for e in keel("events", run_id)][:2] == [1, 2]
     keel("verify", run_id)
     queued = keel("run", "later", "--model", ws.script(DONE), "--detach")[0]["run_id"]
+    assert keel("message", queued, "use tabs")[0]["follow_up"] is None
+    follow_up = keel("message", run_id, "now add a README", "--detach")[0]
+    assert follow_up["follows"] == run_id and follow_up["status"] == "queued"
     assert keel("cancel", queued, "--reason", "not needed")[0]["status"] == "cancelled"
+    store = open_store(ws.url)
+    try:  # a running run no process drives (its process died): paused at once
+        state = store.load_run(follow_up["run_id"])
+        store.append_events(
+            state.run_id, [transition(state, RunStatus.RUNNING, None)], expected_seq=state.last_seq
+        )
+    finally:
+        store.close()
+    assert keel("pause", state.run_id, "--reason", "lunch")[0]["status"] == "paused"
+    assert keel("token", "create", "ci")[0]["name"] == "ci"
+    assert [t["name"] for t in keel("token", "list")[0]] == ["ci"]
 
     first = keel("tasks", "create", "create the schema")[0]["id"]
     second = keel("tasks", "create", "write the API")[0]["id"]

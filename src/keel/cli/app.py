@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from keel.cli import agents, demo, gc, run, runs, tasks, verify, worker
+from keel.cli import agents, demo, gc, run, runs, serve, steering, tasks, tokens, verify, worker
 
 app = typer.Typer(
     name="keel",
@@ -22,6 +22,9 @@ verify.register(app)
 demo.register(app)
 agents.register(app)
 gc.register(app)
+serve.register(app)
+tokens.register(app)
+steering.register(app)
 
 
 def main() -> None:
