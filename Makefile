@@ -47,6 +47,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/workers.py
 	$(BIN)/python bench/sandbox.py
 	$(BIN)/python bench/models.py
+	$(BIN)/python bench/serve.py
 
 clean:
 	rm -rf $(VENV) .keel .mypy_cache .pytest_cache .ruff_cache
