@@ -134,7 +134,8 @@ def test_a_key_reused_for_another_goal_or_workspace_is_refused(
         ({"model": "scripted:missing.json"}, None, "no file"),
         ({"verify": [""]}, "verify.0", "at least 1 character"),
         ({"colour": "blue"}, "colour", "Extra inputs"),
-        ({"agent": "reviewer"}, None, "agent specs for top-level runs"),
+        ({"agent": "nobody"}, None, "no agent named 'nobody'"),
+        ({"agent": "../reviewer"}, None, "is not allowed"),
     ],
 )
 def test_an_invalid_submission_is_422_naming_the_problem_and_stores_nothing(
@@ -146,6 +147,31 @@ def test_an_invalid_submission_is_422_naming_the_problem_and_stores_nothing(
     if field is not None:
         assert field in [error["field"] for error in problem["errors"]]
     assert server.store.page_runs()[0] == []
+
+
+def test_a_run_may_follow_an_agent_spec_and_a_repeat_of_its_key_is_the_same_run(
+    server: LiveServer,
+) -> None:
+    headers = {"Idempotency-Key": "review-1"}
+    body = {"goal": "review the diff", "workspace": str(server.workspace), "model": "openai:m"}
+    first = server.client.post("/runs", json={**body, "agent": "reviewer"}, headers=headers)
+    assert first.status_code == 201, first.text
+    view = first.json()
+    assert view["agent"] == "reviewer" and view["mode"] == "plan"  # the spec's, narrower
+    assert view["budget"]["max_steps"] == 30  # the spec's budget: none was given
+    assert view["goal"].startswith("You are a reviewer.")  # the spec's instructions
+    assert "review the diff" in view["goal"]
+    state = server.store.load_run(view["id"])
+    assert state.options.tools is not None and "write_file" not in state.options.tools
+    assert state.options.output_schema is not None
+
+    again = server.client.post("/runs", json={**body, "agent": "reviewer"}, headers=headers)
+    assert again.status_code == 200 and again.json()["id"] == view["id"]
+    other = server.client.post("/runs", json={**body, "agent": "explorer"}, headers=headers)
+    assert problem_of(other, 409)["type"] == "urn:keel:idempotency-key-reused"
+    plain = server.client.post("/runs", json=body, headers=headers)
+    assert problem_of(plain, 409)["type"] == "urn:keel:idempotency-key-reused"
+    assert len(server.store.page_runs()[0]) == 1
 
 
 def test_a_script_path_is_read_from_the_workspace(server: LiveServer) -> None:

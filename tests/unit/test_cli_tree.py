@@ -124,7 +124,9 @@ def test_task_of_a_child_is_its_task_without_the_spec_around_it() -> None:
     assert task_of(run("run_c", "run_p", goal=goal)) == "find parse()\nand its callers"
     assert task_of(run("run_c", "run_p", goal="no heading here")) == "no heading here"
     top = "## Your task\n\nnot cut: a top-level goal is shown whole"
-    assert task_of(run("run_p", goal=top)) == top
+    assert task_of(RunState(run_id="run_p", goal=top)) == top
+    # ... unless the run follows an agent spec, which wrapped it (keel run --agent)
+    assert task_of(run("run_p", goal=top)) == "not cut: a top-level goal is shown whole"
 
 
 # --- what a waiting run waits for ---------------------------------------------------------------

@@ -46,6 +46,7 @@ def register(app: typer.Typer) -> None:
 
 @keel_errors
 def run_command(
+    context: typer.Context,
     task: str = typer.Argument(..., help="What the run should achieve."),
     cwd: Path = typer.Option(Path("."), "--cwd", help="The workspace the tools work in."),
     model: str | None = typer.Option(
@@ -86,6 +87,12 @@ def run_command(
         help="Write every model request and answer to this cassette file "
         "(replay it with --model replay:FILE).",
     ),
+    agent: str | None = typer.Option(
+        None,
+        "--agent",
+        help="Follow this agent spec (.keel/agents/NAME.md or a built-in): its instructions, "
+        "tools, output schema, and its budget unless a budget option is given.",
+    ),
     json_out: bool = JsonOption,
     store: str | None = StoreOption,
 ) -> None:
@@ -114,7 +121,7 @@ def run_command(
     state = harness.create(
         task,
         cwd=cwd,
-        budget=budget,
+        budget=None if agent is not None and not _budget_given(context) else budget,
         verify=verify,
         mode=mode_used,
         plan_then=plan_then,
@@ -125,6 +132,7 @@ def run_command(
         sandbox=sandbox,
         record=record,
         workspace_git=workspace_git,
+        agent=agent,
     )
     if json_out:
         print_json({"run_id": state.run_id, "status": state.status.value})
@@ -143,6 +151,14 @@ RUN_OPTION_NAMES = {
     "max_cost": "--max-cost",
     "max_wall_seconds": "--timeout",
 }
+
+
+def _budget_given(context: typer.Context) -> bool:
+    """Whether the command line named any budget option (else an agent spec's applies)."""
+    return any(
+        getattr(context.get_parameter_source(name), "name", None) == "COMMANDLINE"
+        for name in ("max_steps", "max_tool_calls", "max_tokens", "max_cost", "timeout")
+    )
 
 
 def check_run_options(budget: Budget, approval_timeout: float | None) -> None:

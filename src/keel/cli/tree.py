@@ -26,10 +26,10 @@ from keel.core.errors import LogDamaged
 from keel.core.events import Event, EventType
 from keel.core.state import RunState
 from keel.core.status import RunStatus
+from keel.runtime.child_runs import task_of
 from keel.store.base import Store
 
 MAX_TREE_DEPTH = 8  # levels below a top-level run the views walk (delegation allows 2 by default)
-TASK_HEADING = "## Your task"  # where a child's goal (runtime.child_runs.compose_goal) states it
 DIGEST_SHOWN = 12
 
 
@@ -134,16 +134,6 @@ def agent_label(state: RunState) -> str:
         parts.append(f"v{agent['version']}")
     extra = f" ({', '.join(parts)})" if parts else ""
     return f"{agent.get('name') or '?'}{extra}"
-
-
-def task_of(state: RunState) -> str:
-    """The task a child was given (its goal without the spec's instructions around it);
-    a top-level run's whole goal."""
-    goal = state.goal
-    if state.parent_id is None or TASK_HEADING not in goal:
-        return goal
-    after = goal.split(TASK_HEADING, 1)[1]
-    return after.split("\n\n## ", 1)[0].strip() or goal
 
 
 def run_summary(run: RunState | LogDamaged) -> dict[str, Any]:

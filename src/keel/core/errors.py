@@ -15,6 +15,7 @@
     │   ├── NotOwner               a task change by someone who does not own it
     │   ├── InvalidTaskTransition  a task change its current status does not allow
     │   └── NothingPending         an answer or decision with nothing waiting for it
+    │       └── PendingCallChanged an approval meant for a call that no longer waits
     └── RunFailure                 something stopped the work
         ├── BudgetExhausted        a budget dimension ran out
         ├── ModelError             the provider refused or kept failing
@@ -138,6 +139,20 @@ class NothingPending(UsageError):
     def __init__(self, run_id: str, what: str) -> None:
         super().__init__(f"run {run_id} is not waiting for {what}")
         self.run_id = run_id
+
+
+class PendingCallChanged(NothingPending):
+    """The approver named the digest of the call they looked at, and the run now waits
+    for another call (or for none): nothing is decided."""
+
+    def __init__(self, run_id: str, digest: str, now: str) -> None:
+        UsageError.__init__(
+            self,
+            f"the pending call changed: run {run_id} now waits for {now}, not digest "
+            f"{digest}; look at it again before approving",
+        )
+        self.run_id = run_id
+        self.digest = digest
 
 
 # --- run failures --------------------------------------------------------------------

@@ -39,6 +39,7 @@ from keel.tools.registry import ToolRegistry
 
 READONLY_REFUSED = frozenset({"plan_write", "plan_exit"})  # they write the workspace's plan file
 ALWAYS_OFFERED = ("request_completion",)  # a child must be able to finish
+TASK_HEADING = "## Your task"  # where a goal made by compose_goal states the task
 MAX_SUBJECT = 120
 CLAIM_PAUSE_S = 0.05
 
@@ -93,7 +94,23 @@ def child_tools(
     ``leaf``: the child is at the maximum depth, so the delegation tools are left out.
     """
     parent_tools = list(parent.options.tools or registry.names())
-    tools, mode = narrowed(spec, parent_tools=parent_tools, parent_mode=parent.mode)
+    return agent_tools(spec, parent_tools, parent.mode, registry, kind=kind, leaf=leaf)
+
+
+def agent_tools(
+    spec: AgentSpec,
+    offered: list[str],
+    mode: str,
+    registry: ToolRegistry,
+    *,
+    kind: str,
+    leaf: bool,
+) -> tuple[tuple[str, ...], str]:
+    """The tools and mode of a run of ``spec`` when at most ``offered`` and ``mode`` are
+    allowed: the spec's allowlist and mode narrowed to them, only tools that change
+    nothing for a ``shared-readonly`` run, no delegation tools for a ``leaf``, and
+    ``request_completion`` always (a run must be able to finish)."""
+    tools, mode = narrowed(spec, parent_tools=offered, parent_mode=mode)
     chosen = list(tools)
     if kind == "shared-readonly":
         chosen = [
@@ -122,7 +139,7 @@ def workspace_kind(spec: AgentSpec, parent: RunState) -> str:
 def compose_goal(spec: AgentSpec, task: str, inputs: dict[str, Any] | None) -> str:
     """What the child is told: the spec's instructions, its task, its inputs and, when
     its result must follow a schema, that schema. Never the parent's transcript."""
-    parts = [spec.instructions.strip(), "## Your task", task.strip()]
+    parts = [spec.instructions.strip(), TASK_HEADING, task.strip()]
     if inputs:
         parts += ["## Inputs", json.dumps(inputs, ensure_ascii=False, indent=2, sort_keys=True)]
     if spec.output is not None:
@@ -133,6 +150,17 @@ def compose_goal(spec: AgentSpec, task: str, inputs: dict[str, Any] | None) -> s
             json.dumps(spec.output, ensure_ascii=False, sort_keys=True),
         ]
     return "\n\n".join(part for part in parts if part)
+
+
+def task_of(state: RunState) -> str:
+    """The task a run of an agent spec was given (its goal without the spec's
+    instructions around it, see ``compose_goal``); any other run's whole goal."""
+    goal = state.goal
+    followed = state.parent_id is not None or state.options.agent is not None
+    if not followed or TASK_HEADING not in goal:
+        return goal
+    after = goal.split(TASK_HEADING, 1)[1]
+    return after.split("\n\n## ", 1)[0].strip() or goal
 
 
 def make_child(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from keel.core.errors import NothingPending, UsageError
+from keel.core.errors import NothingPending, PendingCallChanged, UsageError
 from keel.core.events import EventType, NewEvent
 from keel.core.state import RunState, transition
 from keel.core.status import RunStatus
@@ -23,8 +23,18 @@ DEFAULT_BY = "cli user"  # who decided, when a caller names no one
 
 
 def decide_approval(
-    store: Store, run_id: str, *, deny: bool, reason: str | None, by: str
+    store: Store,
+    run_id: str,
+    *,
+    deny: bool,
+    reason: str | None,
+    by: str,
+    digest: str | None = None,
 ) -> RunState:
+    """Approve or deny what the run waits for. With ``digest``, only if the pending call
+    is still the one with that digest (``PendingCallChanged`` otherwise): the check and
+    the decision are made on one read of the run and appended with its sequence number,
+    so a call that changes in between makes the append fail instead of being decided."""
     state = store.load_run(run_id)
     pending = state.pending
     if (
@@ -33,6 +43,9 @@ def decide_approval(
         or pending.kind not in APPROVAL_KINDS
     ):
         raise NothingPending(run_id, f"an approval (it is {_describe(state)})")
+    if digest is not None and pending.digest != digest:
+        now = f"{pending.tool or '?'} (call {pending.call_id}, digest {pending.digest})"
+        raise PendingCallChanged(run_id, digest, now)
     if deny and not (reason and reason.strip()):
         raise UsageError("a denial needs a reason: --deny --reason TEXT (the model is told it)")
     if pending.expires_at and is_expired(pending.expires_at, datetime.now(UTC)):

@@ -29,6 +29,8 @@ from keel.policy.modes import parse_mode
 from keel.policy.rules import Policy
 from keel.runtime import decisions, steering
 from keel.runtime.agent_config import load_agent_settings
+from keel.runtime.agent_runs import agent_run
+from keel.runtime.agent_specs import load_agent_spec
 from keel.runtime.approval_config import load_approval_settings
 from keel.runtime.cancel_tree import CancelReport, cancel_tree
 from keel.runtime.child_slots import execute_child
@@ -153,8 +155,17 @@ class Harness:
         sandbox: str | None = None,
         record: str | Path | None = None,
         workspace_git: str | None = None,
+        agent: str | None = None,
     ) -> RunState:
         """Record a new run (``queued`` for a worker, else ready to execute here).
+
+        ``agent`` names an agent spec (the workspace's ``.keel/agents/NAME.md``, else a
+        built-in) the run follows as a top-level agent (``keel.runtime.agent_runs``): its
+        instructions and output schema around the goal, its tool allowlist and mode never
+        wider than this call's ``mode``, its model and budget where the call gives none,
+        its verifiers after the call's. An invalid or unknown spec is a ConfigError
+        naming the file and line (or the names that exist), raised before anything is
+        stored.
 
         ``workspace_git`` (``URL[@REF]``) makes the run's workspace a checkout of that
         git source made by whichever process executes it (``keel.runtime.git_source``);
@@ -198,6 +209,22 @@ class Harness:
         approvals = load_approval_settings(workspace)
         if not queued:
             open_sandbox(confinement)  # `required` without bubblewrap stops here
+        followed = (
+            agent_run(
+                load_agent_spec(agent, workspace, known_tools=self.tools.names()),
+                goal=goal,
+                mode=mode,
+                registry=self.tools,
+            )
+            if agent is not None
+            else None
+        )
+        if followed is not None:
+            goal, mode = followed.goal, followed.mode
+            model = model or followed.spec.model
+            budget = budget or followed.budget
+            verify = [*verify, *(v for v in followed.spec.verify if v not in verify)]
+            refuse_secret_commands(verify, redactor)
         spec = self._model_spec(model)
         self._check_model(spec, budget or Budget(), queued=queued)
         options = RunOptions(
@@ -211,6 +238,7 @@ class Harness:
             policy=policy.to_dict(),
             sandbox=confinement.to_dict(),
             workspace_git=source.to_dict() if source is not None else None,
+            **(followed.options() if followed is not None else {}),
         )
         return self.store.create_run(
             goal=redactor.scrub_text(goal),

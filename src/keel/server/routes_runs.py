@@ -27,6 +27,7 @@ from keel.core.status import RunStatus
 from keel.models.profiles import profile_for
 from keel.models.resolve import ACCEPTED_FORMS
 from keel.runtime import decisions, steering
+from keel.runtime.child_runs import task_of
 from keel.runtime.harness import Harness
 from keel.runtime.secrets import load_redactor
 from keel.server.auth import Caller, require_token
@@ -85,12 +86,17 @@ class RunIn(_Body):
         "is read from the workspace); default: the server's model (KEEL_MODEL).",
     )
     mode: Literal["plan", "ask", "edit", "auto"] = "edit"
-    budget: BudgetIn = Field(default_factory=BudgetIn)
+    budget: BudgetIn | None = Field(
+        None, description="Limits; omitted: the agent spec's, else the CLI's defaults."
+    )
     verify: list[Annotated[str, Field(min_length=1)]] = Field(
         default_factory=list, description="Verifier commands the run must pass."
     )
     agent: str | None = Field(
-        None, description="Reserved: agent specs for top-level runs are not supported yet."
+        None,
+        description="An agent spec to follow (the workspace's .keel/agents/NAME.md, else a "
+        "built-in): its instructions, tools, output schema and budget; mode never wider "
+        "than `mode`.",
     )
 
 
@@ -128,14 +134,10 @@ def submit_run(
     idempotency_key: Annotated[str | None, Header(max_length=MAX_KEY_LENGTH)] = None,
 ) -> RunView:
     """Queue a run for the workers. With ``Idempotency-Key`` the same key never makes
-    two runs: a repeat answers 200 with the first run (409 if its goal or workspace
-    differ)."""
+    two runs: a repeat answers 200 with the first run (409 if its goal, workspace or
+    agent differ)."""
     context = context_of(request)
     workspace = _workspace(body.workspace)
-    if body.agent is not None:
-        raise ConfigError(
-            "agent specs for top-level runs are not supported by the API yet; leave agent out"
-        )
     model = _model_spec(body.model or context.config.model, workspace)
     if idempotency_key is not None and not idempotency_key.strip():
         raise UsageError("the Idempotency-Key header is blank; send a non-blank key or none")
@@ -152,7 +154,8 @@ def submit_run(
         state = harness.create(
             body.goal,
             cwd=workspace,
-            budget=body.budget.budget(),
+            budget=body.budget.budget() if body.budget is not None else None,
+            agent=body.agent,
             verify=body.verify,
             mode=body.mode,
             model=model,
@@ -160,7 +163,7 @@ def submit_run(
             queued=True,
         )
     if key is not None and not _made_since(state, started):
-        _check_same_request(state, body.goal, workspace, idempotency_key or "")
+        _check_same_request(state, body.goal, workspace, body.agent, idempotency_key or "")
         response.status_code = 200
     return run_view(state)
 
@@ -216,17 +219,9 @@ def _tree(store: Store, state: RunState, *, depth: int) -> dict[str, Any]:
 def approve(run_id: str, body: ApproveIn, request: Request, caller: CallerDep) -> RunView:
     """Approve what the run waits for; with ``digest``, only if it is still that call."""
     store = context_of(request).store
-    if body.digest is not None:
-        pending = store.load_run(run_id).pending
-        if pending is not None and pending.digest != body.digest:
-            raise ApiProblem(
-                409,
-                f"the pending call changed: run {run_id} now waits for {pending.tool or '?'} "
-                f"(call {pending.call_id}, digest {pending.digest}), not digest {body.digest}; "
-                "look at it again before approving",
-                type_="urn:keel:pending-call-changed",
-            )
-    state = decisions.decide_approval(store, run_id, deny=False, reason=None, by=caller.by)
+    state = decisions.decide_approval(
+        store, run_id, deny=False, reason=None, by=caller.by, digest=body.digest
+    )
     return run_view(state)
 
 
@@ -369,15 +364,19 @@ def _made_since(state: RunState, started: datetime) -> bool:
     return datetime.fromisoformat(state.updated_at) >= started
 
 
-def _check_same_request(state: RunState, goal: str, workspace: Path, key: str) -> None:
-    """409 unless the first run of ``key`` had this goal and workspace."""
-    same_goal = state.goal == load_redactor(workspace).scrub_text(goal)
-    if same_goal and state.workspace == str(workspace):
+def _check_same_request(
+    state: RunState, goal: str, workspace: Path, agent: str | None, key: str
+) -> None:
+    """409 unless the first run of ``key`` had this goal, workspace and agent spec."""
+    asked = load_redactor(workspace).scrub_text(goal)
+    same_goal = state.goal == asked or (agent is not None and task_of(state) == asked.strip())
+    same_agent = (state.options.agent or {}).get("name") == agent
+    if same_goal and same_agent and state.workspace == str(workspace):
         return
     raise ApiProblem(
         409,
         f"Idempotency-Key {key!r} was already used for run {state.run_id} with a different "
-        "goal or workspace; use a new key for a new run",
+        "goal, workspace or agent; use a new key for a new run",
         type_="urn:keel:idempotency-key-reused",
     )
 
