@@ -185,6 +185,7 @@ def test_a_revoked_token_sends_the_tab_back_to_sign_in(
     console.check_origin()
 
 
+@pytest.mark.sandboxed  # its auto-mode command runs unasked only inside bubblewrap
 def test_pause_resume_and_message_a_run(console: Console, keel_server: KeelServer) -> None:
     console.sign_in()
     page = console.page

@@ -26,7 +26,7 @@ from keel.core.status import RunStatus
 from keel.store.postgres.store import PostgresStore
 from keel.testing.stores import postgres_unavailable, scratch_database
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.sandboxed]  # auto mode runs its command
 
 KEEL = str(Path(sys.executable).with_name("keel"))
 SCRIPT: list[dict[str, Any]] = [
