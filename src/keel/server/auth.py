@@ -22,7 +22,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fastapi import Request
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from keel.runtime.api_tokens import hash_token, well_formed
@@ -79,13 +78,14 @@ def authenticate(store: Store, authorization: str | None) -> Caller:
     return Caller(found.name)
 
 
-def require_token(request: Request) -> Caller:
-    """FastAPI dependency: the request's ``Caller`` or a 401 problem. Runs in the
-    threadpool (a store lookup)."""
+async def require_token(request: Request) -> Caller:
+    """FastAPI dependency: the request's ``Caller`` or a 401 problem (one store lookup,
+    made as ``ServerContext.read`` makes reads)."""
     cached: Caller | None = request.scope.get("keel.caller")
     if cached is not None:
         return cached
-    caller = authenticate(context_of(request).store, request.headers.get("authorization"))
+    context = context_of(request)
+    caller = await context.read(authenticate, context.store, request.headers.get("authorization"))
     request.scope["keel.caller"] = caller
     return caller
 
@@ -94,7 +94,7 @@ async def refusal_for(request: Request) -> ProblemResponse | None:
     """The 401 problem a request would get, or None if its token is live (for error
     paths reached before the dependency ran)."""
     try:
-        await run_in_threadpool(require_token, request)
+        await require_token(request)
     except Unauthorized as exc:
         return problem(401, str(exc.detail), headers=exc.headers)
     return None

@@ -66,9 +66,9 @@ async def run_events(
 ) -> dict[str, Any]:
     """A page of the run's events after ``after``, in order, and the run's last
     sequence number (more to read while ``events[-1].seq < last_seq``)."""
-    store = context_of(request).store
-    events = await run_in_threadpool(store.read_events, run_id, after=after, limit=limit)
-    state = await run_in_threadpool(store.load_run, run_id)
+    context = context_of(request)
+    events = await context.read(context.store.read_events, run_id, after=after, limit=limit)
+    state = await context.read(context.store.load_run, run_id)
     return {"events": [event_json(event) for event in events], "last_seq": state.last_seq}
 
 

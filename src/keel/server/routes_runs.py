@@ -2,9 +2,11 @@
 
 Every route here is behind the bearer token (``keel.server.app`` adds
 ``require_token`` to this router). Endpoints are plain ``def``s: they run in the
-threadpool, each doing the one or two store calls it needs. Decisions record who
-took them as ``token:NAME``. Errors are problem documents with the CLI's words
-(``keel.server.problems``).
+threadpool, each doing the one or two store calls it needs — except ``GET
+/runs/{id}``, the one a dashboard polls, which reads through ``ServerContext.read``
+(on the event loop for SQLite, where the hop to a thread costs more than the read).
+Decisions record who took them as ``token:NAME``. Errors are problem documents with
+the CLI's words (``keel.server.problems``).
 """
 
 from __future__ import annotations
@@ -191,8 +193,9 @@ def list_runs(
 
 
 @router.get("/runs/{run_id}")
-def get_run(run_id: str, request: Request) -> RunView:
-    return run_view(context_of(request).store.load_run(run_id))
+async def get_run(run_id: str, request: Request) -> RunView:
+    context = context_of(request)
+    return run_view(await context.read(context.store.load_run, run_id))
 
 
 @router.get("/runs/{run_id}/tree")
