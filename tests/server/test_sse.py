@@ -280,9 +280,29 @@ def test_unknown_run_and_bad_resume_points_are_refused(server: Any) -> None:
     for query in ("?after=-1", "?after=x", "?until=forever"):
         bad = server.client.get(STREAM.format(run_id) + query)
         assert bad.status_code == 422, query
-    bad_id = server.client.get(STREAM.format(run_id), headers={"Last-Event-ID": "abc"})
-    assert bad_id.status_code == 422
-    assert "Last-Event-ID" in bad_id.json()["detail"]
+    for query in (f"?after={2**63}", f"?after={'9' * 5000}"):  # past any BIGINT
+        bad = server.client.get(STREAM.format(run_id) + query)
+        assert bad.status_code == 422, query
+        page = server.client.get(f"/runs/{run_id}/events" + query)
+        assert page.status_code == 422, query
+    # Header bytes as a client sends them: non-ASCII digits arrive as UTF-8 (or Latin-1).
+    for header in (
+        b"abc",
+        "²".encode(),
+        "١٢".encode(),
+        b"\xb2",
+        b"-1",
+        b"1.5",
+        str(2**63).encode(),
+        b"9" * 5000,
+    ):
+        bad_id = server.client.get(STREAM.format(run_id), headers={"Last-Event-ID": header})
+        assert bad_id.status_code == 422, header
+        assert "Last-Event-ID" in bad_id.json()["detail"]
+    with server.client.stream(
+        "GET", STREAM.format(run_id), headers={"Last-Event-ID": str(2**63 - 1)}
+    ) as top:
+        assert top.status_code == 200  # the largest sequence number: nothing after it yet
     assert server.anon.get(STREAM.format(run_id)).status_code == 401
     assert hub_of(server).subscriber_count() == 0
 

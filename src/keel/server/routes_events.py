@@ -15,6 +15,7 @@ with ``Last-Event-ID``); one that goes away frees its subscription at once.
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from enum import StrEnum
 from typing import Annotated, Any, Final
@@ -32,6 +33,8 @@ from keel.server.event_hub import SETTLED, EventHub, Frame, Subscription, event_
 from keel.store.base import Store
 
 PAGE_MAX: Final = 1000
+MAX_SEQ: Final = 2**63 - 1  # the largest sequence number a store can hold (a BIGINT)
+SEQ_PATTERN: Final = re.compile(r"[0-9]{1,19}")
 BACKLOG_PAGE: Final = 500
 KEEPALIVE: Final = b": keep-alive\n\n"
 SSE_HEADERS: Final = {
@@ -61,7 +64,9 @@ def hub_of(request: Request) -> EventHub:
 async def run_events(
     request: Request,
     run_id: str,
-    after: Annotated[int, Query(ge=0, description="return events with seq > after")] = 0,
+    after: Annotated[
+        int, Query(ge=0, le=MAX_SEQ, description="return events with seq > after")
+    ] = 0,
     limit: Annotated[int, Query(ge=1, le=PAGE_MAX)] = PAGE_MAX,
 ) -> dict[str, Any]:
     """A page of the run's events after ``after``, in order, and the run's last
@@ -80,7 +85,7 @@ async def run_events(
 async def stream_run_events(
     request: Request,
     run_id: str,
-    after: Annotated[int, Query(ge=0, description="start after this seq")] = 0,
+    after: Annotated[int, Query(ge=0, le=MAX_SEQ, description="start after this seq")] = 0,
     until: Until = Until.TERMINAL,
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> StreamingResponse:
@@ -100,8 +105,10 @@ async def stream_run_events(
 def parse_last_event_id(value: str) -> int:
     """The sequence number a ``Last-Event-ID`` header names; UsageError (422) if none."""
     text = value.strip()
-    if not text.isdigit():
-        raise UsageError(f"Last-Event-ID {value!r} is not an event sequence number (0, 1, 2, ...)")
+    if SEQ_PATTERN.fullmatch(text) is None or int(text) > MAX_SEQ:
+        raise UsageError(
+            f"Last-Event-ID {value[:40]!r} is not an event sequence number (0, 1, 2, ...)"
+        )
     return int(text)
 
 
