@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -17,6 +18,7 @@ from keel.core.errors import (
     LeaseLost,
     NotFound,
     RunNotFound,
+    UsageError,
 )
 from keel.core.events import EventType, NewEvent
 from keel.core.records import RunOptions
@@ -432,3 +434,19 @@ def test_a_folded_step_on_a_stale_base_or_lost_lease_writes_nothing(store: Store
     assert store.load_run(run.run_id).last_seq == moved.last_seq
     state, _ = store.append_folded(run.run_id, step, lease_token=lease.token)
     assert state.last_seq == moved.last_seq + 2
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [("fix\x00it", "NUL character"), ("fix \ud800 it", "lone surrogate (U+D800)")],
+)
+def test_text_no_store_can_keep_is_refused_alike_by_every_backend(
+    store: Store, text: str, words: str
+) -> None:
+    with pytest.raises(UsageError, match=rf"the goal contains a {re.escape(words)}"):
+        store.create_run(goal=text, workspace="/ws", options=RunOptions())
+    with pytest.raises(UsageError, match=rf"the task's subject contains a {re.escape(words)}"):
+        store.create_task(text, actor="alice")
+    with pytest.raises(UsageError, match="the task's description contains"):
+        store.create_task("ok", description=text, actor="alice")
+    assert store.list_runs() == [] and store.list_tasks() == []

@@ -125,6 +125,7 @@ def test_a_key_reused_for_another_goal_or_workspace_is_refused(
         ({"workspace": "relative/dir"}, None, "not an absolute path"),
         ({"goal": ""}, "goal", "at least 1 character"),
         ({"goal": "   "}, None, "the task is empty"),
+        ({"goal": "fix\u0000it"}, None, "contains a NUL character"),
         ({"mode": "yolo"}, "mode", "'plan', 'ask', 'edit' or 'auto'"),
         ({"budget": {"max_steps": 0}}, "budget.max_steps", "greater than 0"),
         ({"budget": {"max_cost": -1}}, "budget.max_cost", "greater than 0"),

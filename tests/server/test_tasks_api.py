@@ -61,6 +61,8 @@ def test_bad_tasks_are_refused_with_nothing_created(server: LiveServer) -> None:
     missing = server.client.post("/tasks", json={"subject": "x", "blocked_by": ["task_nope"]})
     assert "task_nope" in problem_of(missing, 409)["detail"]  # a DependencyError
     problem_of(server.client.post("/tasks", json={"subject": ""}), 422)
+    nul = problem_of(server.client.post("/tasks", json={"subject": "a\u0000b"}), 422)
+    assert "NUL character" in nul["detail"]
     problem_of(server.client.post("/tasks", json={"subject": "x", "owner": "me"}), 422)
     problem_of(server.client.post("/tasks", json={"blocked_by": []}), 422)
     problem_of(server.client.get("/tasks", params={"status": "someday"}), 422)

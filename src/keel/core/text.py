@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from keel.core.errors import UsageError
+
 REPLACEMENT = "\ufffd"
 _SURROGATE = re.compile("[\ud800-\udfff]")
 MAX_DEPTH = 64  # nesting kept as structure; deeper values are shown as text
@@ -70,6 +72,21 @@ def valid_data(value: Any, *, depth: int = 0) -> Any:
 def has_lone_surrogate(text: str) -> bool:
     """True when ``text`` holds a surrogate code point (UTF-8 cannot encode it)."""
     return not text.isascii() and _SURROGATE.search(text) is not None
+
+
+def check_storable(what: str, text: str) -> None:
+    """UsageError (nothing stored) unless every store can keep ``text``: a NUL is refused
+    by PostgreSQL's text columns, a lone surrogate by UTF-8. For what a caller names
+    itself (a goal, a task's subject); what a model sends is made valid instead."""
+    if "\x00" in text:
+        raise UsageError(f"{what} contains a NUL character, which cannot be stored; remove it")
+    if has_lone_surrogate(text):
+        found = _SURROGATE.search(text)
+        assert found is not None
+        raise UsageError(
+            f"{what} contains a lone surrogate (U+{ord(found.group()):04X}), which is not "
+            "text UTF-8 can hold; send valid Unicode"
+        )
 
 
 def printable(text: str, *, limit: int = 500) -> str:

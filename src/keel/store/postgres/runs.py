@@ -36,6 +36,7 @@ from keel.core.events import Event, NewEvent
 from keel.core.records import RunOptions
 from keel.core.state import RunState
 from keel.core.status import RunStatus
+from keel.core.text import check_storable
 from keel.store.base import Artifact, Lease, LeaseHolder, LogCheck
 from keel.store.holders import holder_columns, holder_from_columns
 from keel.store.logcheck import checked_state, undamaged
@@ -135,6 +136,8 @@ class PostgresRuns:
         queued: bool = False,
     ) -> RunState:
         """Create a run and its ``run_created`` event in one statement (idempotent on key)."""
+        check_storable("the goal", goal)
+        check_storable("the workspace path", workspace)
         status = RunStatus.QUEUED if queued else RunStatus.RUNNING
         data_text = dump_json(
             {

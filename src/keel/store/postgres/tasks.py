@@ -44,6 +44,7 @@ from keel.core.tasks import (
     validate_dependencies,
     with_blockers,
 )
+from keel.core.text import check_storable
 from keel.store.postgres.connection import Database
 from keel.store.sql import load_queries
 
@@ -150,6 +151,8 @@ class PostgresTasks:
         """
         if not subject.strip():
             raise UsageError("a task needs a non-empty subject")
+        check_storable("the task's subject", subject)
+        check_storable("the task's description", description)
         try:
             options_text = json.dumps(options or {}, separators=(",", ":"), ensure_ascii=False)
         except (TypeError, ValueError) as exc:

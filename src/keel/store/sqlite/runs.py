@@ -37,6 +37,7 @@ from keel.core.events import Event, NewEvent
 from keel.core.records import RunOptions
 from keel.core.state import RunState
 from keel.core.status import RunStatus
+from keel.core.text import check_storable
 from keel.store.base import Artifact, Lease, LeaseHolder, LogCheck
 from keel.store.holders import holder_columns, holder_from_columns
 from keel.store.logcheck import undamaged
@@ -128,6 +129,8 @@ class SQLiteRuns:
         queued: bool = False,
     ) -> RunState:
         """Create a run and its ``run_created`` event in one transaction (idempotent on key)."""
+        check_storable("the goal", goal)
+        check_storable("the workspace path", workspace)
         status = RunStatus.QUEUED if queued else RunStatus.RUNNING
         data = {
             "goal": goal,

@@ -39,6 +39,7 @@ from keel.core.tasks import (
     validate_dependencies,
     with_blockers,
 )
+from keel.core.text import check_storable
 from keel.store.sqlite.connection import Database
 from keel.store.sqlite.task_transaction import Q, TaskTransaction, task_from_row
 
@@ -121,6 +122,8 @@ class SQLiteTasks:
         """
         if not subject.strip():
             raise UsageError("a task needs a non-empty subject")
+        check_storable("the task's subject", subject)
+        check_storable("the task's description", description)
         try:
             json.dumps(options or {})
         except (TypeError, ValueError) as exc:
