@@ -100,6 +100,7 @@ def start_server(tmp_path: Path) -> Iterator[ServerFactory]:
         token_name: str = "tester",
         keepalive_seconds: float = 15.0,
         console: bool = True,
+        workspace_roots: tuple[Path, ...] = (),
     ) -> LiveServer:
         nonlocal count
         count += 1
@@ -117,6 +118,7 @@ def start_server(tmp_path: Path) -> Iterator[ServerFactory]:
             model=model,
             poll_interval=0.05,
             keepalive_seconds=keepalive_seconds,
+            workspace_roots=workspace_roots,
         )
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))

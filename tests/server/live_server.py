@@ -72,6 +72,7 @@ class ServerFactory(Protocol):
         token_name: str = "tester",
         keepalive_seconds: float = 15.0,
         console: bool = True,
+        workspace_roots: tuple[Path, ...] = (),
     ) -> LiveServer: ...
 
 

@@ -175,6 +175,22 @@ def test_a_run_may_follow_an_agent_spec_and_a_repeat_of_its_key_is_the_same_run(
     assert len(server.store.page_runs()[0]) == 1
 
 
+def test_with_workspace_roots_a_run_works_only_at_or_below_one(
+    start_server: ServerFactory, tmp_path: Path
+) -> None:
+    root = tmp_path / "repos"
+    (root / "payments").mkdir(parents=True)
+    (root / "escape").symlink_to(tmp_path)  # inside the root by name, outside by target
+    server = start_server(workspace_roots=(root,))
+    inside = submit(server, workspace=str(root / "payments"))
+    assert inside["workspace"] == str((root / "payments").resolve())
+    for outside in (server.workspace, root / "escape", root / "payments" / ".." / ".."):
+        body = {"goal": "g", "workspace": str(outside), "model": "openai:m"}
+        refused = problem_of(server.client.post("/runs", json=body), 422)
+        assert "outside the directories this server lets runs work in" in refused["detail"]
+    assert [run.run_id for run in server.store.page_runs()[0]] == [inside["id"]]
+
+
 def test_a_script_path_is_read_from_the_workspace(server: LiveServer) -> None:
     (server.workspace / "turns.json").write_text(json.dumps([DONE]))
     view = submit(server, model="scripted:turns.json")

@@ -165,3 +165,20 @@ def test_serve_with_a_broken_store_url_says_why_and_exits_2(tmp_path: Path) -> N
         store = f"sqlite:///{tmp_path / 'k.db'}"
         busy = keel(tmp_path, "serve", "--port", str(port), "--store", store)
     assert busy.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in busy.stderr
+
+
+def test_serve_keeps_api_runs_inside_its_workspace_roots(
+    tmp_path: Path, store_url: str, serve_process: ServeProcessFactory
+) -> None:
+    missing = keel(tmp_path, "serve", "--workspace-root", str(tmp_path / "nope"), "--port", "0")
+    assert missing.returncode == 2 and "--workspace-root" in missing.stderr
+    assert missing.stdout == ""
+    token = keel(tmp_path, "token", "create", "me", "--store", store_url).stdout.strip()
+    root = tmp_path / "repos"
+    (root / "a").mkdir(parents=True)
+    served = serve_process(store_url, token=token, extra_args=("--workspace-root", str(root)))
+    auth = {"Authorization": f"Bearer {token}"}
+    for workspace, status in ((root / "a", 201), (tmp_path, 422)):
+        body = {"goal": "g", "workspace": str(workspace), "model": "openai:m"}
+        assert httpx.post(served.url + "/runs", json=body, headers=auth).status_code == status
+    assert served.stop(signal.SIGTERM) == 0

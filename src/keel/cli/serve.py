@@ -16,6 +16,7 @@ from __future__ import annotations
 import ipaddress
 import signal
 import socket
+from pathlib import Path
 from types import FrameType
 
 import typer
@@ -51,6 +52,12 @@ def serve_command(
         1.0, "--poll", min=0.01, help="Seconds between polls of an idle worker slot."
     ),
     no_console: bool = typer.Option(False, "--no-console", help="Serve the API only."),
+    workspace_roots: list[Path] = typer.Option(
+        [],
+        "--workspace-root",
+        help="A directory runs created through the API may work in, or below (repeatable; "
+        "default: any directory this process can reach).",
+    ),
     log_level: str = typer.Option(
         "warning", "--log-level", help="uvicorn's log level: " + ", ".join(LOG_LEVELS) + "."
     ),
@@ -70,6 +77,7 @@ def serve_command(
         console=not no_console,
         model=model,
         poll_interval=poll,
+        workspace_roots=_roots(workspace_roots),
     )
     shown_host = f"[{host}]" if ":" in host else host
     console.print(
@@ -112,6 +120,14 @@ def serve(config: ServeConfig, listener: socket.socket, *, log_level: str) -> bo
     )
     server.run(sockets=[listener])
     return server.started
+
+
+def _roots(paths: list[Path]) -> tuple[Path, ...]:
+    """Each ``--workspace-root``, resolved; exit 2 for one that is not a directory."""
+    for path in paths:
+        if not path.is_dir():
+            fail(f"--workspace-root {path}: not an existing directory")
+    return tuple(path.resolve() for path in paths)
 
 
 def is_loopback(host: str) -> bool:

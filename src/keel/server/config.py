@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -13,6 +14,9 @@ class ServeConfig:
     or user@host). ``console``: serve the web console at ``/``. ``model``: the model of
     queued runs that name none (None: KEEL_MODEL). ``poll_interval``: seconds an idle
     embedded worker waits between polls. ``keepalive_seconds``: SSE keep-alive period.
+    ``workspace_roots``: the directories a run created through the API may work in
+    (each run's workspace, symlinks resolved, must be one of them or below one);
+    empty: any directory this process can reach.
     """
 
     store_url: str
@@ -22,3 +26,4 @@ class ServeConfig:
     model: str | None = None
     poll_interval: float = 1.0
     keepalive_seconds: float = 15.0
+    workspace_roots: tuple[Path, ...] = ()

@@ -139,7 +139,7 @@ def submit_run(
     two runs: a repeat answers 200 with the first run (409 if its goal, workspace or
     agent differ)."""
     context = context_of(request)
-    workspace = _workspace(body.workspace)
+    workspace = _workspace(body.workspace, context.config.workspace_roots)
     model = _model_spec(body.model or context.config.model, workspace)
     if idempotency_key is not None and not idempotency_key.strip():
         raise UsageError("the Idempotency-Key header is blank; send a non-blank key or none")
@@ -325,13 +325,21 @@ class _Attributed:
         return getattr(self._store, name)
 
 
-def _workspace(text: str) -> Path:
+def _workspace(text: str, roots: tuple[Path, ...]) -> Path:
+    """The existing directory ``text`` names, symlinks resolved; with ``roots``, only one
+    at or below a root (``keel serve --workspace-root``)."""
     path = Path(text)
     if not path.is_absolute():
         raise ConfigError(f"workspace {text!r} is not an absolute path on the server")
     if not path.is_dir():
         raise ConfigError(f"workspace {text} is not an existing directory on the server")
-    return path.resolve()
+    resolved = path.resolve()
+    if roots and not any(resolved.is_relative_to(root.resolve()) for root in roots):
+        raise ConfigError(
+            f"workspace {text} is outside the directories this server lets runs work in "
+            f"({', '.join(str(root) for root in roots)}; keel serve --workspace-root)"
+        )
+    return resolved
 
 
 def _model_spec(spec: str | None, workspace: Path) -> str | None:
