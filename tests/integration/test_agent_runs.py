@@ -137,3 +137,67 @@ def test_keel_run_agent_uses_the_specs_budget_unless_one_is_given(tmp_path: Path
         assert len(store.list_runs()) == 2
     finally:
         store.close()
+
+
+# --- a run's tool allowlist (keel run --tools) ----------------------------------------------
+
+
+def test_a_tool_allowlist_limits_what_is_offered_and_what_may_be_called(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "notes.txt").write_text("hello\n")
+    model = ScriptedModel(
+        [
+            turn(call("write_file", path="notes.txt", content="overwritten\n")),
+            turn(call("read_file", path="notes.txt")),
+            turn(call("request_completion", summary="read it")),
+        ]
+    )
+    harness = Harness(store=f"sqlite:///{tmp_path / 'keel.db'}", model=model)
+    try:
+        outcome = harness.run("read the notes", cwd=ws, mode="auto", tools=["grep", "read_file"])
+        events = list(harness.events(outcome.state.run_id))
+    finally:
+        harness.close()
+
+    assert outcome.state.status.value == "completed", outcome.state.reason
+    assert outcome.state.options.tools == ("read_file", "grep", "request_completion")
+    for request in model.requests:
+        assert {t.name for t in request.tools} == {"read_file", "grep", "request_completion"}
+    [refused] = [e.data for e in events if e.type is EventType.TOOL_FAILED]
+    assert refused["error_kind"] == "unknown_tool" and refused["tool"] == "write_file"
+    assert (ws / "notes.txt").read_text() == "hello\n"  # the unlisted write never ran
+
+
+def test_an_allowlist_narrows_an_agent_spec_and_bad_names_are_refused(tmp_path: Path) -> None:
+    ws = workspace_with_spec(tmp_path)
+    url = f"sqlite:///{tmp_path / 'keel.db'}"
+    harness = Harness(store=url, model=ScriptedModel([]))
+    try:
+        both = harness.create("x", cwd=ws, agent="fixer", tools=["read_file", "grep"])
+        assert both.options.tools == ("read_file", "request_completion")  # grep: not the spec's
+        with pytest.raises(ConfigError, match=r"unknown tools 'nope', 'rm_rf' .*read_file"):
+            harness.create("x", cwd=ws, tools=["read_file", "nope", "rm_rf"])
+        with pytest.raises(ConfigError, match="allowlist is empty"):
+            harness.create("x", cwd=ws, tools=[" ", ""])
+    finally:
+        harness.close()
+    store = open_store(url)
+    try:
+        assert [run.run_id for run in store.list_runs()] == [both.run_id]
+    finally:
+        store.close()
+
+
+def test_keel_run_tools_takes_a_comma_separated_list(tmp_path: Path) -> None:
+    ws = KeelWorkspace(tmp_path)
+    script = ws.script(turn(call("request_completion", summary="done")))
+    listed = json.loads(
+        expect(
+            ws.keel("run", "x", "--tools", "grep,glob", "--model", script, "--detach", "--json"),
+            0,
+        )
+    )["run_id"]
+    assert ws.state(listed).options.tools == ("glob", "grep", "request_completion")
+    refused = ws.keel("run", "x", "--tools", "grep,sudo", "--model", script, "--detach")
+    assert refused.returncode == 2 and "unknown tool 'sudo'" in refused.stderr

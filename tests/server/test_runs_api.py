@@ -136,6 +136,9 @@ def test_a_key_reused_for_another_goal_or_workspace_is_refused(
         ({"verify": [""]}, "verify.0", "at least 1 character"),
         ({"colour": "blue"}, "colour", "Extra inputs"),
         ({"agent": "nobody"}, None, "no agent named 'nobody'"),
+        ({"tools": ["read_file", "nope"]}, None, "unknown tool 'nope'"),
+        ({"tools": []}, None, "allowlist is empty"),
+        ({"tools": [""]}, "tools.0", "at least 1 character"),
         ({"agent": "../reviewer"}, None, "is not allowed"),
     ],
 )
@@ -189,6 +192,13 @@ def test_with_workspace_roots_a_run_works_only_at_or_below_one(
         refused = problem_of(server.client.post("/runs", json=body), 422)
         assert "outside the directories this server lets runs work in" in refused["detail"]
     assert [run.run_id for run in server.store.page_runs()[0]] == [inside["id"]]
+
+
+def test_a_submitted_tool_allowlist_is_the_runs(server: LiveServer) -> None:
+    view = submit(server, tools=["grep", "read_file"])
+    assert view["tools"] == ["read_file", "grep", "request_completion"]
+    assert server.store.load_run(view["id"]).options.tools == tuple(view["tools"])
+    assert submit(server)["tools"] is None  # every tool
 
 
 def test_a_script_path_is_read_from_the_workspace(server: LiveServer) -> None:

@@ -87,6 +87,12 @@ def run_command(
         help="Write every model request and answer to this cassette file "
         "(replay it with --model replay:FILE).",
     ),
+    tools: str | None = typer.Option(
+        None,
+        "--tools",
+        help="Comma-separated tools the run is offered and may call, e.g. read_file,grep "
+        "(request_completion always; default: every tool).",
+    ),
     agent: str | None = typer.Option(
         None,
         "--agent",
@@ -133,6 +139,7 @@ def run_command(
         record=record,
         workspace_git=workspace_git,
         agent=agent,
+        tools=tools.split(",") if tools is not None else None,
     )
     if json_out:
         print_json({"run_id": state.run_id, "status": state.status.value})

@@ -12,12 +12,14 @@ is from a parent's workspace, and a top-level run has none.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
 from keel.core.agent_spec import AgentSpec
 from keel.core.budget import Budget
-from keel.runtime.child_runs import agent_tools, compose_goal
+from keel.core.errors import ConfigError
+from keel.runtime.child_runs import ALWAYS_OFFERED, agent_tools, compose_goal
 from keel.tools.registry import ToolRegistry
 
 
@@ -31,9 +33,8 @@ class AgentRun:
     tools: tuple[str, ...]
 
     def options(self) -> dict[str, Any]:
-        """The ``RunOptions`` fields the spec sets."""
+        """The ``RunOptions`` fields the spec sets, bar ``tools`` (see ``allowlist``)."""
         return {
-            "tools": self.tools,
             "agent": {
                 "name": self.spec.name,
                 "digest": self.spec.digest,
@@ -66,3 +67,27 @@ def agent_run(spec: AgentSpec, *, goal: str, mode: str, registry: ToolRegistry) 
         spec, list(registry.names()), mode, registry, kind=kind, leaf=False
     )
     return AgentRun(spec=spec, goal=compose_goal(spec, goal, None), mode=narrowed_mode, tools=tools)
+
+
+def allowlist(
+    asked: Sequence[str] | None, registry: ToolRegistry, spec_tools: tuple[str, ...] | None
+) -> tuple[str, ...] | None:
+    """The tools a run is offered, in the registry's order: those ``asked`` for (``keel
+    run --tools``) within an agent spec's ``spec_tools``, and ``request_completion``
+    always; None (every tool) when neither limits them. ConfigError for an empty list
+    or a name with no tool, listing the tools there are."""
+    if asked is None:
+        return spec_tools
+    names = [name.strip() for name in asked if name.strip()]
+    if not names:
+        raise ConfigError("the tool allowlist is empty: name at least one tool, or leave it out")
+    unknown = sorted({name for name in names if name not in registry})
+    if unknown:
+        raise ConfigError(
+            f"unknown tool{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
+            f"in the allowlist; the tools are: {', '.join(registry.names())}"
+        )
+    wanted = set(names) | set(ALWAYS_OFFERED)
+    if spec_tools is not None:
+        wanted &= set(spec_tools) | set(ALWAYS_OFFERED)
+    return tuple(name for name in registry.names() if name in wanted)

@@ -29,7 +29,7 @@ from keel.policy.modes import parse_mode
 from keel.policy.rules import Policy
 from keel.runtime import decisions, steering
 from keel.runtime.agent_config import load_agent_settings
-from keel.runtime.agent_runs import agent_run
+from keel.runtime.agent_runs import agent_run, allowlist
 from keel.runtime.agent_specs import load_agent_spec
 from keel.runtime.approval_config import load_approval_settings
 from keel.runtime.cancel_tree import CancelReport, cancel_tree
@@ -156,6 +156,7 @@ class Harness:
         record: str | Path | None = None,
         workspace_git: str | None = None,
         agent: str | None = None,
+        tools: Sequence[str] | None = None,
     ) -> RunState:
         """Record a new run (``queued`` for a worker, else ready to execute here).
 
@@ -166,6 +167,11 @@ class Harness:
         its verifiers after the call's. An invalid or unknown spec is a ConfigError
         naming the file and line (or the names that exist), raised before anything is
         stored.
+
+        ``tools`` is the run's allowlist: the only tools its model is offered and may
+        call (``request_completion`` always, so it can finish; with ``agent``, the
+        spec's allowlist is narrowed to it). A name this harness has no tool for is a
+        ConfigError listing the tools there are.
 
         ``workspace_git`` (``URL[@REF]``) makes the run's workspace a checkout of that
         git source made by whichever process executes it (``keel.runtime.git_source``);
@@ -225,6 +231,7 @@ class Harness:
             budget = budget or followed.budget
             verify = [*verify, *(v for v in followed.spec.verify if v not in verify)]
             refuse_secret_commands(verify, redactor)
+        allowed = allowlist(tools, self.tools, followed.tools if followed else None)
         spec = self._model_spec(model)
         self._check_model(spec, budget or Budget(), queued=queued)
         options = RunOptions(
@@ -239,6 +246,7 @@ class Harness:
             sandbox=confinement.to_dict(),
             workspace_git=source.to_dict() if source is not None else None,
             **(followed.options() if followed is not None else {}),
+            tools=allowed,
         )
         return self.store.create_run(
             goal=redactor.scrub_text(goal),

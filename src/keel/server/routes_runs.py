@@ -94,6 +94,12 @@ class RunIn(_Body):
     verify: list[Annotated[str, Field(min_length=1)]] = Field(
         default_factory=list, description="Verifier commands the run must pass."
     )
+    tools: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(
+        None,
+        max_length=500,
+        description="The only tools the run is offered and may call (request_completion "
+        "always); default: every tool.",
+    )
     agent: str | None = Field(
         None,
         description="An agent spec to follow (the workspace's .keel/agents/NAME.md, else a "
@@ -158,6 +164,7 @@ def submit_run(
             cwd=workspace,
             budget=body.budget.budget() if body.budget is not None else None,
             agent=body.agent,
+            tools=body.tools,
             verify=body.verify,
             mode=body.mode,
             model=model,

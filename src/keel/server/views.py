@@ -38,6 +38,7 @@ def run_view(state: RunState) -> dict[str, Any]:
         "mode": state.mode,
         "model": options.model,
         "verify": list(options.verify),
+        "tools": None if options.tools is None else list(options.tools),
         "agent": (options.agent or {}).get("name"),
         "budget": budget_view(options.budget),
         "usage": usage_view(state.usage),
