@@ -45,7 +45,7 @@ def strict_loads(text: str) -> Any:
     return json.loads(text, parse_constant=refuse)
 
 
-GROUPS = ("tasks", "token")  # command groups: driven in this process, named by two words
+GROUPS = ("tasks", "token", "skills")  # command groups: driven in this process, named by two words
 
 
 class JsonKeel:
@@ -114,6 +114,7 @@ def test_every_json_command_prints_strict_json(ws: KeelWorkspace) -> None:
     assert keel("pause", state.run_id, "--reason", "lunch")[0]["status"] == "paused"
     assert keel("token", "create", "ci")[0]["name"] == "ci"
     assert [t["name"] for t in keel("token", "list")[0]] == ["ci"]
+    assert keel("skills", "list", "--workspace", str(ws.root)) == [[]]
 
     first = keel("tasks", "create", "create the schema")[0]["id"]
     second = keel("tasks", "create", "write the API")[0]["id"]

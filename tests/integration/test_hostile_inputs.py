@@ -298,6 +298,7 @@ HOSTILE_ARGUMENTS: dict[str, list[Any]] = {
     "todo_write": [{"todos": [{"content": "\ud800", "status": "pending"}]}, {"todos": "all"}],
     "plan_write": [{"content": "plan \ud800"}, {"content": ""}],
     "plan_exit": [{"summary": "\ud800"}],
+    "load_skill": [{"name": "../../etc"}, {"name": "\x00"}, {"name": "x" * 500}, {"name": 7}],
     "create_task": [{"subject": "s\x00\ud800", "description": "\udcff"}],
     "add_dependency": [{"task_id": "task_\ud800", "blocked_by": ["\x00"]}],
     "list_tasks": [{"status": "nonsense"}, {"ready": "yes"}],

@@ -4,7 +4,20 @@ from __future__ import annotations
 
 import typer
 
-from keel.cli import agents, demo, gc, run, runs, serve, steering, tasks, tokens, verify, worker
+from keel.cli import (
+    agents,
+    demo,
+    gc,
+    run,
+    runs,
+    serve,
+    skills,
+    steering,
+    tasks,
+    tokens,
+    verify,
+    worker,
+)
 
 app = typer.Typer(
     name="keel",
@@ -25,6 +38,7 @@ gc.register(app)
 serve.register(app)
 tokens.register(app)
 steering.register(app)
+skills.register(app)
 
 
 def main() -> None:

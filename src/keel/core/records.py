@@ -41,6 +41,7 @@ class RunOptions:
     workspace_kind: str | None = None  # isolated | shared-readonly | shared (children only)
     isolated: dict[str, Any] | None = None  # the isolated workspace (runtime.worktrees)
     workspace_git: dict[str, Any] | None = None  # url, ref: checked out where it executes
+    skills: tuple[dict[str, str], ...] | None = None  # name, description, digest (no text)
     # --- service (``keel serve``); stored only when set ---
     creator: str | None = None  # who created the run, e.g. "token:NAME"; None: the CLI
     follows: str | None = None  # the run this one follows up (``keel message`` on an ended run)
@@ -63,6 +64,8 @@ class RunOptions:
             d["tools"] = list(self.tools)
         if self.depth:
             d["depth"] = self.depth
+        if self.skills is not None:
+            d["skills"] = [dict(skill) for skill in self.skills]
         for key in (
             "root_id",
             "agent",
@@ -98,6 +101,7 @@ class RunOptions:
             workspace_kind=d.get("workspace_kind"),
             isolated=d.get("isolated"),
             workspace_git=d.get("workspace_git"),
+            skills=tuple(dict(skill) for skill in d["skills"]) if d.get("skills") else None,
             creator=d.get("creator"),
             follows=d.get("follows"),
         )

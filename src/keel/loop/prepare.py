@@ -25,6 +25,10 @@ def system_prompt(state: RunState) -> str:
     """The run's facts as the model should see them now."""
     lines = [SYSTEM_INTRO, "", f"Goal: {state.goal}", f"Workspace: {state.workspace}"]
     lines.append(f"Mode: {MODE_TEXT.get(state.mode, state.mode)}")
+    skills = state.options.skills
+    if skills and (state.options.tools is None or "load_skill" in state.options.tools):
+        lines += ["", "Skills (call load_skill(name) for one's instructions before using it):"]
+        lines += [f"  {skill['name']}: {skill['description']}" for skill in skills]
     if state.plan:
         lines += ["", "Plan:", state.plan.strip()]
     if state.todos:

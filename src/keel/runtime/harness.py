@@ -57,6 +57,7 @@ from keel.store.base import Lease, Store, iter_all_events
 from keel.store.url import open_store
 from keel.tools.builtin import default_registry
 from keel.tools.registry import ToolRegistry
+from keel.tools.skills import workspace_skills
 
 DEFAULT_LEASE_TTL = 30.0
 LEASE_TTL_VARIABLE = "KEEL_LEASE_TTL"  # seconds; a short lease lets a crashed run be taken sooner
@@ -64,6 +65,8 @@ LEASE_TTL_VARIABLE = "KEEL_LEASE_TTL"  # seconds; a short lease lets a crashed r
 # (spec, working directory) and process. A scripted or replayed model keeps per-run state
 # (what it was asked), so it is made afresh for every run.
 SHARED_MODEL_PROVIDERS = frozenset({"deepseek", "openai"})
+
+LOAD_SKILL = "load_skill"
 
 EXIT_CODES = {
     RunStatus.COMPLETED: 0,
@@ -232,6 +235,9 @@ class Harness:
             verify = [*verify, *(v for v in followed.spec.verify if v not in verify)]
             refuse_secret_commands(verify, redactor)
         allowed = allowlist(tools, self.tools, followed.tools if followed else None)
+        # The skills' names and descriptions are fixed at creation (the prompt of a resumed
+        # run is the same); a git-source run's checkout does not exist yet: none.
+        skills = tuple(s.summary() for s in workspace_skills(workspace)) if not source else ()
         spec = self._model_spec(model)
         self._check_model(spec, budget or Budget(), queued=queued)
         options = RunOptions(
@@ -247,6 +253,7 @@ class Harness:
             workspace_git=source.to_dict() if source is not None else None,
             **(followed.options() if followed is not None else {}),
             tools=allowed,
+            skills=skills or None,
         )
         return self.store.create_run(
             goal=redactor.scrub_text(goal),
@@ -443,11 +450,17 @@ class Harness:
 
     def _registry_for(self, state: RunState) -> ToolRegistry:
         """The tools ``state``'s run is offered: all, or only its options' allowlist (a
-        child's contract; an unlisted tool is unknown to it)."""
+        child's contract; an unlisted tool is unknown to it); ``load_skill`` only to a run
+        that has skills."""
         allowed = state.options.tools
-        if allowed is None:
+        skills = bool(state.options.skills)
+        if allowed is None and (skills or LOAD_SKILL not in self.tools):
             return self.tools
-        return ToolRegistry(tool for tool in self.tools if tool.name in allowed)
+        return ToolRegistry(
+            tool
+            for tool in self.tools
+            if (allowed is None or tool.name in allowed) and (skills or tool.name != LOAD_SKILL)
+        )
 
     def child_slot_count(self) -> int:
         """Threads for background children (see ``__init__``)."""

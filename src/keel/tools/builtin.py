@@ -11,6 +11,7 @@ from keel.tools.patches import apply_patch
 from keel.tools.plan import plan_write
 from keel.tools.registry import ToolRegistry
 from keel.tools.search import glob, grep, list_dir
+from keel.tools.skills import load_skill
 from keel.tools.tasks import TASK_TOOLS
 from keel.tools.todo import todo_write
 
@@ -28,6 +29,7 @@ BUILTIN_TOOLS: tuple[Tool, ...] = (
     ask_user,
     plan_write,
     plan_exit,
+    load_skill,
     *TASK_TOOLS,
     *DELEGATION_TOOLS,
 )
