@@ -45,7 +45,8 @@ def strict_loads(text: str) -> Any:
     return json.loads(text, parse_constant=refuse)
 
 
-GROUPS = ("tasks", "token", "skills")  # command groups: driven in this process, named by two words
+# Command groups: driven in this process, named by two words.
+GROUPS = ("tasks", "token", "skills", "mcp")
 
 
 class JsonKeel:
@@ -115,6 +116,7 @@ def test_every_json_command_prints_strict_json(ws: KeelWorkspace) -> None:
     assert keel("token", "create", "ci")[0]["name"] == "ci"
     assert [t["name"] for t in keel("token", "list")[0]] == ["ci"]
     assert keel("skills", "list", "--workspace", str(ws.root)) == [[]]
+    assert keel("mcp", "list", "--workspace", str(ws.root)) == [[]]
 
     first = keel("tasks", "create", "create the schema")[0]["id"]
     second = keel("tasks", "create", "write the API")[0]["id"]

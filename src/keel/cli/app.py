@@ -8,6 +8,7 @@ from keel.cli import (
     agents,
     demo,
     gc,
+    mcp,
     run,
     runs,
     serve,
@@ -39,6 +40,7 @@ serve.register(app)
 tokens.register(app)
 steering.register(app)
 skills.register(app)
+mcp.register(app)
 
 
 def main() -> None:

@@ -70,18 +70,26 @@ def agent_run(spec: AgentSpec, *, goal: str, mode: str, registry: ToolRegistry) 
 
 
 def allowlist(
-    asked: Sequence[str] | None, registry: ToolRegistry, spec_tools: tuple[str, ...] | None
+    asked: Sequence[str] | None,
+    registry: ToolRegistry,
+    spec_tools: tuple[str, ...] | None,
+    *,
+    mcp_servers: tuple[str, ...] = (),
 ) -> tuple[str, ...] | None:
     """The tools a run is offered, in the registry's order: those ``asked`` for (``keel
     run --tools``) within an agent spec's ``spec_tools``, and ``request_completion``
-    always; None (every tool) when neither limits them. ConfigError for an empty list
-    or a name with no tool, listing the tools there are."""
+    always; None (every tool) when neither limits them. A name of a tool of one of the
+    workspace's ``mcp_servers`` (``mcp__SERVER__TOOL``) is kept as asked: the servers'
+    tools are known once they are connected. ConfigError for an empty list or a name
+    with no tool, listing the tools there are."""
     if asked is None:
         return spec_tools
     names = [name.strip() for name in asked if name.strip()]
     if not names:
         raise ConfigError("the tool allowlist is empty: name at least one tool, or leave it out")
-    unknown = sorted({name for name in names if name not in registry})
+    prefixes = tuple(f"mcp__{server}__" for server in mcp_servers)
+    remote = [name for name in names if prefixes and name.startswith(prefixes)]
+    unknown = sorted({name for name in names if name not in registry and name not in remote})
     if unknown:
         raise ConfigError(
             f"unknown tool{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
@@ -90,4 +98,7 @@ def allowlist(
     wanted = set(names) | set(ALWAYS_OFFERED)
     if spec_tools is not None:
         wanted &= set(spec_tools) | set(ALWAYS_OFFERED)
-    return tuple(name for name in registry.names() if name in wanted)
+    return (
+        *(name for name in registry.names() if name in wanted),
+        *sorted(name for name in set(remote) if name in wanted),
+    )

@@ -18,6 +18,7 @@ from typing import Any
 from keel.core.budget import Budget, check_budget, check_seconds
 from keel.core.errors import ConfigError
 from keel.core.events import Event
+from keel.core.mcp_config import McpServer
 from keel.core.records import RunOptions
 from keel.core.state import RunState
 from keel.core.status import RunStatus
@@ -46,6 +47,7 @@ from keel.runtime.git_source import (
 )
 from keel.runtime.heartbeat import Heartbeat
 from keel.runtime.identity import process_owner
+from keel.runtime.mcp_servers import McpHub, ServerStatus, load_mcp_servers
 from keel.runtime.resume import read_policy_again, resume_events
 from keel.runtime.secrets import WorkspaceSecrets, load_redactor, refuse_secret_commands
 from keel.runtime.steering import follow_up_events
@@ -55,6 +57,7 @@ from keel.runtime.task_claims import RunTaskClaims, claim_lease_for
 from keel.sandbox.choose import open_sandbox
 from keel.store.base import Lease, Store, iter_all_events
 from keel.store.url import open_store
+from keel.tools.base import Tool
 from keel.tools.builtin import default_registry
 from keel.tools.registry import ToolRegistry
 from keel.tools.skills import workspace_skills
@@ -135,6 +138,8 @@ class Harness:
         self._models_lock = threading.Lock()
         self._child_slots = child_slots
         self.delegation = Delegation(self)
+        self._mcp_hubs: dict[Path, tuple[tuple[McpServer, ...], McpHub]] = {}
+        self._mcp_lock = threading.Lock()
 
     # --- starting ------------------------------------------------------------------------
 
@@ -234,7 +239,13 @@ class Harness:
             budget = budget or followed.budget
             verify = [*verify, *(v for v in followed.spec.verify if v not in verify)]
             refuse_secret_commands(verify, redactor)
-        allowed = allowlist(tools, self.tools, followed.tools if followed else None)
+        servers = load_mcp_servers(workspace) if source is None else ()  # a broken file: here
+        allowed = allowlist(
+            tools,
+            self.tools,
+            followed.tools if followed else None,
+            mcp_servers=tuple(server.name for server in servers),
+        )
         # The skills' names and descriptions are fixed at creation (the prompt of a resumed
         # run is the same); a git-source run's checkout does not exist yet: none.
         skills = tuple(s.summary() for s in workspace_skills(workspace)) if not source else ()
@@ -370,6 +381,7 @@ class Harness:
             check_record(record, queued=False)
             driving = _recording(driving, Path(record), redaction)
         containment = self.containment(state)  # `required` without bubblewrap stops here
+        registry = self._registry_for(state)  # MCP servers connect here, before the lease
         claims = RunTaskClaims.for_run(self.store, run_id, heartbeat_ttl=self.lease_ttl)
         policy = read_policy_again(state) if state.last_seq > 1 else None
         taken: TakeOver | None = None
@@ -402,7 +414,7 @@ class Harness:
         driver = Driver(
             store=self.store,
             model=driving,
-            registry=self._registry_for(state),
+            registry=registry,
             gate=containment.gate,
             state=state,
             owner=f"run:{run_id}",
@@ -454,13 +466,35 @@ class Harness:
         that has skills."""
         allowed = state.options.tools
         skills = bool(state.options.skills)
-        if allowed is None and (skills or LOAD_SKILL not in self.tools):
+        mcp = [] if state.options.workspace_kind else self._mcp_tools(Path(state.workspace))
+        if allowed is None and not mcp and (skills or LOAD_SKILL not in self.tools):
             return self.tools
         return ToolRegistry(
             tool
-            for tool in self.tools
+            for tool in (*self.tools, *mcp)
             if (allowed is None or tool.name in allowed) and (skills or tool.name != LOAD_SKILL)
         )
+
+    def _mcp_tools(self, workspace: Path) -> list[Tool]:
+        """The tools of the workspace's MCP servers (``.keel/mcp.toml``), connected once per
+        process and workspace, again when the file changed; ConfigError for a broken file."""
+        servers = load_mcp_servers(workspace)
+        with self._mcp_lock:
+            known = self._mcp_hubs.get(workspace)
+            if known is not None and known[0] != servers:
+                known[1].close()
+                known = None
+            if known is None:
+                if not servers:
+                    return []
+                known = self._mcp_hubs[workspace] = (servers, McpHub(workspace, servers))
+        return list(known[1].tools())
+
+    def mcp_statuses(self, workspace: Path) -> list[ServerStatus]:
+        """How each MCP server of ``workspace`` is doing (connecting them first)."""
+        self._mcp_tools(workspace)
+        known = self._mcp_hubs.get(workspace)
+        return known[1].statuses() if known is not None else []
 
     def child_slot_count(self) -> int:
         """Threads for background children (see ``__init__``)."""
@@ -541,6 +575,10 @@ class Harness:
         opens them again)."""
         try:
             self.delegation.close()
+            with self._mcp_lock:
+                hubs, self._mcp_hubs = list(self._mcp_hubs.values()), {}
+            for _, hub in hubs:
+                hub.close()
             self.store.close()
         finally:
             close_shared_clients()
