@@ -284,3 +284,23 @@ def test_a_header_variable_that_is_not_set_leaves_the_server_down_saying_why(
     (ws.root / ".keel" / "mcp.toml").write_text(stdio_config())
     ok = expect(ws.keel("mcp", "list"), 0)
     assert "lab" in ok and "running" in ok and "mcp__lab__add" in ok
+
+
+def test_an_allowlist_may_name_a_servers_tools(tmp_path: Path) -> None:
+    ws = workspace(tmp_path, stdio_config(extra=reads("lab", "add")))
+    model = ScriptedModel([turn(call("mcp__lab__note", text="x")), DONE])
+    harness = Harness(store=f"sqlite:///{tmp_path / 'keel.db'}", model=model)
+    try:
+        state = harness.run("x", cwd=ws, mode="auto", tools=["read_file", "mcp__lab__add"]).state
+        assert {t.name for t in model.requests[0].tools} == {
+            "read_file",
+            "mcp__lab__add",
+            "request_completion",
+        }
+        [refused] = failures(list(harness.events(state.run_id)))
+        assert refused["error_kind"] == "unknown_tool"  # not on the list: never called
+        assert not (ws / "notes.log").exists()
+        with pytest.raises(ConfigError, match="unknown tool 'mcp__other__add'"):
+            harness.create("x", cwd=ws, tools=["mcp__other__add"])
+    finally:
+        harness.close()

@@ -250,9 +250,11 @@ class McpHub:
             from mcp import Client  # noqa: PLC0415
             from mcp.shared.exceptions import MCPError  # noqa: PLC0415
             from mcp_types.jsonrpc import CONNECTION_CLOSED  # noqa: PLC0415
-        except ImportError:
+        except ImportError as exc:
             ready.set_exception(
-                ConfigError("MCP servers need the mcp extra: pip install 'keel-harness[mcp]'")
+                ConfigError(
+                    f"MCP servers need the mcp extra ({exc}): pip install 'keel-harness[mcp]'"
+                )
             )
             return
 
