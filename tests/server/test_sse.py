@@ -18,6 +18,7 @@ import pytest
 
 from keel.core.events import EventType, NewEvent
 from keel.core.records import RunOptions
+from keel.core.state import transition
 from keel.core.status import RunStatus
 from keel.server.event_hub import EventHub
 from keel.store.base import Store, iter_all_events
@@ -299,10 +300,13 @@ def test_unknown_run_and_bad_resume_points_are_refused(server: Any) -> None:
         bad_id = server.client.get(STREAM.format(run_id), headers={"Last-Event-ID": header})
         assert bad_id.status_code == 422, header
         assert "Last-Event-ID" in bad_id.json()["detail"]
-    with server.client.stream(
-        "GET", STREAM.format(run_id), headers={"Last-Event-ID": str(2**63 - 1)}
-    ) as top:
-        assert top.status_code == 200  # the largest sequence number: nothing after it yet
+    ended = make_run(server.store, server.workspace)
+    state = server.store.load_run(ended)
+    server.store.append_events(
+        ended, [transition(state, RunStatus.CANCELLED, "done")], expected_seq=state.last_seq
+    )
+    top = server.client.get(STREAM.format(ended), headers={"Last-Event-ID": str(2**63 - 1)})
+    assert top.status_code == 200 and top.text == ""  # the largest seq: nothing after it
     assert server.anon.get(STREAM.format(run_id)).status_code == 401
     assert hub_of(server).subscriber_count() == 0
 
