@@ -180,3 +180,17 @@ def test_keel_skills_list_shows_each_skill_and_exits_2_on_a_broken_one(tmp_path:
     assert "broken/SKILL.md:3" in " ".join(refused.stdout.split())
     run = ws.keel("run", "x", "--model", ws.script(turn(call("request_completion", summary="s"))))
     assert run.returncode == 2 and "broken/SKILL.md:3" in run.stderr
+
+
+def test_a_skills_folder_that_leads_out_of_the_workspace_refuses_the_run(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    add_skill(outside)
+    ws = tmp_path / "ws"
+    (ws / ".keel").mkdir(parents=True)
+    (ws / ".keel" / "skills").symlink_to(outside / ".keel" / "skills")
+    harness = Harness(store=f"sqlite:///{tmp_path / 'keel.db'}", model=ScriptedModel([]))
+    try:
+        with pytest.raises(ConfigError, match=r"\.keel/skills: .*outside"):
+            harness.create("x", cwd=ws)
+    finally:
+        harness.close()

@@ -34,7 +34,15 @@ MAX_LISTED_FILES = 50  # of a skill's sibling files named in load_skill's answer
 
 
 def skill_folders(workspace: Path) -> list[str]:
-    """The names of the directories in the workspace's ``.keel/skills``, sorted."""
+    """The names of the directories in the workspace's ``.keel/skills``, sorted;
+    ConfigError when that path leads out of the workspace."""
+    try:
+        return _folders(workspace)
+    except ToolError as exc:
+        raise ConfigError(f"{workspace / '/'.join(SKILLS_DIR)}: {exc}") from None
+
+
+def _folders(workspace: Path) -> list[str]:
     with WorkspaceRoot(workspace) as root, root.locate("/".join(SKILLS_DIR), spelled=False) as spot:
         if not spot.found or not spot.is_dir():
             return []
