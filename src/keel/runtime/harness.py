@@ -18,7 +18,6 @@ from typing import Any
 from keel.core.budget import Budget, check_budget, check_seconds
 from keel.core.errors import ConfigError
 from keel.core.events import Event
-from keel.core.mcp_config import McpServer
 from keel.core.records import RunOptions
 from keel.core.state import RunState
 from keel.core.status import RunStatus
@@ -47,8 +46,9 @@ from keel.runtime.git_source import (
 )
 from keel.runtime.heartbeat import Heartbeat
 from keel.runtime.identity import process_owner
-from keel.runtime.mcp_servers import McpHub, ServerStatus, load_mcp_servers
+from keel.runtime.mcp_servers import load_mcp_servers
 from keel.runtime.resume import read_policy_again, resume_events
+from keel.runtime.run_tools import RunTools
 from keel.runtime.secrets import WorkspaceSecrets, load_redactor, refuse_secret_commands
 from keel.runtime.steering import follow_up_events
 from keel.runtime.streaming import stream_run
@@ -57,7 +57,6 @@ from keel.runtime.task_claims import RunTaskClaims, claim_lease_for
 from keel.sandbox.choose import open_sandbox
 from keel.store.base import Lease, Store, iter_all_events
 from keel.store.url import open_store
-from keel.tools.base import Tool
 from keel.tools.builtin import default_registry
 from keel.tools.registry import ToolRegistry
 from keel.tools.skills import workspace_skills
@@ -68,8 +67,6 @@ LEASE_TTL_VARIABLE = "KEEL_LEASE_TTL"  # seconds; a short lease lets a crashed r
 # (spec, working directory) and process. A scripted or replayed model keeps per-run state
 # (what it was asked), so it is made afresh for every run.
 SHARED_MODEL_PROVIDERS = frozenset({"deepseek", "openai"})
-
-LOAD_SKILL = "load_skill"
 
 EXIT_CODES = {
     RunStatus.COMPLETED: 0,
@@ -138,8 +135,7 @@ class Harness:
         self._models_lock = threading.Lock()
         self._child_slots = child_slots
         self.delegation = Delegation(self)
-        self._mcp_hubs: dict[Path, tuple[tuple[McpServer, ...], McpHub]] = {}
-        self._mcp_lock = threading.Lock()
+        self.run_tools = RunTools(self.tools)  # each run's registry (keel.runtime.run_tools)
 
     # --- starting ------------------------------------------------------------------------
 
@@ -381,7 +377,7 @@ class Harness:
             check_record(record, queued=False)
             driving = _recording(driving, Path(record), redaction)
         containment = self.containment(state)  # `required` without bubblewrap stops here
-        registry = self._registry_for(state)  # MCP servers connect here, before the lease
+        registry = self.run_tools.for_run(state)  # MCP servers connect here, before the lease
         claims = RunTaskClaims.for_run(self.store, run_id, heartbeat_ttl=self.lease_ttl)
         policy = read_policy_again(state) if state.last_seq > 1 else None
         taken: TakeOver | None = None
@@ -459,42 +455,6 @@ class Harness:
             if guard.lost is None:
                 self.store.release_run_lease(heartbeat.lease)
         return RunOutcome(state=final)
-
-    def _registry_for(self, state: RunState) -> ToolRegistry:
-        """The tools ``state``'s run is offered: all, or only its options' allowlist (a
-        child's contract; an unlisted tool is unknown to it); ``load_skill`` only to a run
-        that has skills."""
-        allowed = state.options.tools
-        skills = bool(state.options.skills)
-        mcp = [] if state.options.workspace_kind else self._mcp_tools(Path(state.workspace))
-        if allowed is None and not mcp and (skills or LOAD_SKILL not in self.tools):
-            return self.tools
-        return ToolRegistry(
-            tool
-            for tool in (*self.tools, *mcp)
-            if (allowed is None or tool.name in allowed) and (skills or tool.name != LOAD_SKILL)
-        )
-
-    def _mcp_tools(self, workspace: Path) -> list[Tool]:
-        """The tools of the workspace's MCP servers (``.keel/mcp.toml``), connected once per
-        process and workspace, again when the file changed; ConfigError for a broken file."""
-        servers = load_mcp_servers(workspace)
-        with self._mcp_lock:
-            known = self._mcp_hubs.get(workspace)
-            if known is not None and known[0] != servers:
-                known[1].close()
-                known = None
-            if known is None:
-                if not servers:
-                    return []
-                known = self._mcp_hubs[workspace] = (servers, McpHub(workspace, servers))
-        return list(known[1].tools())
-
-    def mcp_statuses(self, workspace: Path) -> list[ServerStatus]:
-        """How each MCP server of ``workspace`` is doing (connecting them first)."""
-        self._mcp_tools(workspace)
-        known = self._mcp_hubs.get(workspace)
-        return known[1].statuses() if known is not None else []
 
     def child_slot_count(self) -> int:
         """Threads for background children (see ``__init__``)."""
@@ -575,10 +535,7 @@ class Harness:
         opens them again)."""
         try:
             self.delegation.close()
-            with self._mcp_lock:
-                hubs, self._mcp_hubs = list(self._mcp_hubs.values()), {}
-            for _, hub in hubs:
-                hub.close()
+            self.run_tools.close()
             self.store.close()
         finally:
             close_shared_clients()
