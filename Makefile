@@ -48,6 +48,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/sandbox.py
 	$(BIN)/python bench/models.py
 	$(BIN)/python bench/serve.py
+	$(BIN)/python bench/mcp_tools.py
 
 clean:
 	rm -rf $(VENV) .keel .mypy_cache .pytest_cache .ruff_cache
