@@ -18,7 +18,7 @@ from keel.models.pricing import BUILTIN_PRICES, load_price_table
 from keel.models.profiles import DEEPSEEK, OPENAI, OPENAI_COMPATIBLE
 from keel.models.resolve import resolve_model
 from keel.models.scripted import ScriptedModel
-from keel.runtime.harness import lease_ttl_from_environment
+from keel.runtime.takeover import lease_ttl_from_environment
 from keel.testing.provider import FakeProvider
 
 

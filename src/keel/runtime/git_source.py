@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from keel.core.errors import ConfigError, ToolError
+from keel.core.state import RunState
+from keel.core.status import RunStatus
 from keel.runtime.worktrees import cache_dir
 from keel.tools.patches import Git
 
@@ -122,10 +124,19 @@ def _scp_like(url: str) -> bool:
     return bool(colon) and "/" not in before and len(before) > 1
 
 
+def checkout_done(final: RunState) -> bool:
+    """Whether a git-source run's checkout can go: it completed (its changes are in the
+    store as its verification's diff) and did not hand its work to a run that goes on
+    in the same checkout. A run that failed keeps it, for a person to look at."""
+    result = final.result or {}
+    return final.status is RunStatus.COMPLETED and result.get("outcome") != "handed_off"
+
+
 __all__ = [
     "DEFAULT_ROOT",
     "ROOT_VARIABLE",
     "GitSource",
+    "checkout_done",
     "discard",
     "materialize",
     "new_workspace_path",

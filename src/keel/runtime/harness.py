@@ -7,7 +7,6 @@ optimistic append that any process on any machine may make.
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -22,7 +21,7 @@ from keel.core.records import RunOptions
 from keel.core.state import RunState
 from keel.core.status import RunStatus
 from keel.loop.driver import DeltaSink, Driver, EventSink, LeaseGuard
-from keel.models.base import Model, price_known
+from keel.models.base import Model
 from keel.models.connections import close_shared_clients
 from keel.models.resolve import resolve_model
 from keel.policy.modes import parse_mode
@@ -39,6 +38,7 @@ from keel.runtime.containment import Containment, contain, store_files
 from keel.runtime.delegation import Delegation
 from keel.runtime.git_source import (
     GitSource,
+    checkout_done,
     discard,
     materialize,
     new_workspace_path,
@@ -48,11 +48,24 @@ from keel.runtime.heartbeat import Heartbeat
 from keel.runtime.identity import process_owner
 from keel.runtime.mcp_servers import load_mcp_servers
 from keel.runtime.resume import read_policy_again, resume_events
+from keel.runtime.run_models import (
+    RunRedaction,
+    absolute_scripted,
+    check_priced,
+    check_record,
+    recording,
+)
 from keel.runtime.run_tools import RunTools
 from keel.runtime.secrets import WorkspaceSecrets, load_redactor, refuse_secret_commands
 from keel.runtime.steering import follow_up_events
 from keel.runtime.streaming import stream_run
-from keel.runtime.takeover import TakeOver, WaitListener, take_run_lease, this_holder
+from keel.runtime.takeover import (
+    TakeOver,
+    WaitListener,
+    lease_ttl_from_environment,
+    take_run_lease,
+    this_holder,
+)
 from keel.runtime.task_claims import RunTaskClaims, claim_lease_for
 from keel.sandbox.choose import open_sandbox
 from keel.store.base import Lease, Store, iter_all_events
@@ -61,8 +74,6 @@ from keel.tools.builtin import default_registry
 from keel.tools.registry import ToolRegistry
 from keel.tools.skills import workspace_skills
 
-DEFAULT_LEASE_TTL = 30.0
-LEASE_TTL_VARIABLE = "KEEL_LEASE_TTL"  # seconds; a short lease lets a crashed run be taken sooner
 # Providers whose models are stateless (one shared HTTP client each): resolved once per
 # (spec, working directory) and process. A scripted or replayed model keeps per-run state
 # (what it was asked), so it is made afresh for every run.
@@ -367,15 +378,15 @@ class Harness:
         state = self.store.load_run(run_id)
         if state.status.terminal:
             return RunOutcome(state=state)
-        driving = self._resolve(_absolute_scripted(model)) if model else self._model_for(state)
+        driving = self._resolve(absolute_scripted(model)) if model else self._model_for(state)
         check_priced(driving, state.options.budget)
         source = state.options.workspace_git
         if source:  # checked out here before anything else looks at the workspace
             materialize(GitSource.from_dict(source), Path(state.workspace))
-        redaction = _RunRedaction()
+        redaction = RunRedaction()
         if record is not None:  # a cassette of another model is refused before the lease
             check_record(record, queued=False)
-            driving = _recording(driving, Path(record), redaction)
+            driving = recording(driving, Path(record), redaction)
         containment = self.containment(state)  # `required` without bubblewrap stops here
         registry = self.run_tools.for_run(state)  # MCP servers connect here, before the lease
         claims = RunTaskClaims.for_run(self.store, run_id, heartbeat_ttl=self.lease_ttl)
@@ -449,7 +460,7 @@ class Harness:
                 claims.settle(final)  # an ended run gives back the tasks it still holds
                 if final.status.terminal:
                     self.delegation.end_of_run(final)  # its live children end with it
-                    if source and _checkout_done(final):
+                    if source and checkout_done(final):
                         discard(GitSource.from_dict(source), Path(final.workspace))
         finally:
             if guard.lost is None:
@@ -550,11 +561,11 @@ class Harness:
 
     def _model_spec(self, explicit: str | None) -> str | None:
         if explicit:
-            return _absolute_scripted(explicit)
+            return absolute_scripted(explicit)
         if self._model is not None and not isinstance(self._model, str):
             return self._model.spec
         spec = self._model or os.environ.get("KEEL_MODEL")
-        return _absolute_scripted(spec) if spec else None
+        return absolute_scripted(spec) if spec else None
 
     def _check_model(self, spec: str | None, budget: Budget, *, queued: bool) -> None:
         """Refuse, before anything is written, a run this process cannot drive (no model,
@@ -599,77 +610,3 @@ class Harness:
             if model is None:
                 model = self._models[key] = resolve_model(spec, cwd=cwd)
         return model
-
-
-def check_priced(model: Model, budget: Budget) -> None:
-    """ConfigError when ``budget`` limits cost but ``model``'s turns would cost 0 for want
-    of a price: the limit would never bite. The message names the table to add."""
-    if budget.max_cost is None or price_known(model):
-        return
-    raise ConfigError(
-        f"a cost budget (--max-cost, max_cost) needs a price for {model.spec}, and Keel "
-        f'has none: add [prices."{model.spec}"] with input_per_mtok and output_per_mtok '
-        f"(USD per million tokens) to .keel/config.toml in {Path.cwd()}, or drop the cost "
-        "budget"
-    )
-
-
-def check_record(record: str | Path, *, queued: bool) -> None:
-    """ConfigError unless a cassette can be written at ``record`` by this process."""
-    if queued:
-        raise ConfigError(
-            "--record cannot be used with --detach: recording happens in the process "
-            "that talks to the model; run without --detach to record"
-        )
-    path = Path(record)
-    if path.is_dir():
-        raise ConfigError(f"--record {path}: is a directory; give a file name")
-
-
-class _RunRedaction:
-    """The run's redactor as it is at each call: the driver learns secrets as it goes
-    (a written .env), and a cassette must not keep what the log does not."""
-
-    def __init__(self) -> None:
-        self.driver: Driver | None = None
-
-    def __call__(self, text: str) -> str:
-        if self.driver is None:
-            return text
-        return self.driver.redactor.scrub_text(text)
-
-
-def _recording(model: Model, path: Path, redact: Callable[[str], str]) -> Model:
-    """``model`` writing every exchange to the cassette at ``path``."""
-    from keel.models.cassette import RecordingModel  # noqa: PLC0415 - only when recording
-
-    return RecordingModel(model, path, redact=redact)
-
-
-def _checkout_done(final: RunState) -> bool:
-    """Whether a git-source run's checkout can go: it completed (its changes are in the
-    store as its verification's diff) and did not hand its work to a run that goes on
-    in the same checkout. A run that failed keeps it, for a person to look at."""
-    result = final.result or {}
-    return final.status is RunStatus.COMPLETED and result.get("outcome") != "handed_off"
-
-
-def lease_ttl_from_environment() -> float:
-    """``KEEL_LEASE_TTL`` seconds (a positive number), else the 30 s default."""
-    raw = os.environ.get(LEASE_TTL_VARIABLE)
-    if not raw:
-        return DEFAULT_LEASE_TTL
-    try:
-        ttl = float(raw)
-    except ValueError:
-        ttl = 0.0
-    if not 0 < ttl < math.inf:
-        raise ConfigError(f"{LEASE_TTL_VARIABLE}={raw!r}: give the run lease in seconds, e.g. 30")
-    return ttl
-
-
-def _absolute_scripted(spec: str) -> str:
-    """``scripted:PATH`` with PATH made absolute, so a resume elsewhere finds it."""
-    if spec.startswith("scripted:"):
-        return "scripted:" + str(Path(spec.removeprefix("scripted:")).resolve())
-    return spec

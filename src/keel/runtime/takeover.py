@@ -17,6 +17,7 @@ run) or gives up at once.
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import time
@@ -24,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from keel.core.errors import LeaseHeld
+from keel.core.errors import ConfigError, LeaseHeld
 from keel.sandbox import orphans
 from keel.store.base import Lease, LeaseHolder, Store
 
@@ -192,12 +193,33 @@ def _pid_namespace() -> str:
         return ""
 
 
+DEFAULT_LEASE_TTL = 30.0
+LEASE_TTL_VARIABLE = "KEEL_LEASE_TTL"  # seconds; a short lease lets a crashed run be taken sooner
+
+
+def lease_ttl_from_environment() -> float:
+    """``KEEL_LEASE_TTL`` seconds (a positive number), else the 30 s default."""
+    raw = os.environ.get(LEASE_TTL_VARIABLE)
+    if not raw:
+        return DEFAULT_LEASE_TTL
+    try:
+        ttl = float(raw)
+    except ValueError:
+        ttl = 0.0
+    if not 0 < ttl < math.inf:
+        raise ConfigError(f"{LEASE_TTL_VARIABLE}={raw!r}: give the run lease in seconds, e.g. 30")
+    return ttl
+
+
 __all__ = [
+    "DEFAULT_LEASE_TTL",
+    "LEASE_TTL_VARIABLE",
     "LeaseWait",
     "TakeOver",
     "WaitListener",
     "describe_lease",
     "holder_gone",
+    "lease_ttl_from_environment",
     "take_run_lease",
     "this_holder",
     "why_waiting",
