@@ -15,7 +15,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from keel.cli.common import console, err_console, keel_errors, shown
+from keel.cli.common import WorkspaceOption, console, err_console, keel_errors, shown
 from keel.cli.display import amount
 from keel.core.agent_spec import AgentSpec, FailurePolicy, OnFailure
 from keel.core.budget import Dimension
@@ -27,14 +27,6 @@ DIGEST_SHOWN = 12
 agents_app = typer.Typer(
     help="Agent specs for subagents: the built-ins and .keel/agents/NAME.md.",
     no_args_is_help=True,
-)
-
-WorkspaceOption = typer.Option(
-    Path("."),
-    "--workspace",
-    "-w",
-    help="The workspace whose .keel/agents to read (default: the current directory).",
-    file_okay=False,
 )
 
 

@@ -8,6 +8,7 @@ import os
 import sys
 from collections.abc import Callable
 from functools import wraps
+from pathlib import Path
 from typing import Any, NoReturn, ParamSpec, TypeVar
 
 import typer
@@ -27,6 +28,13 @@ StoreOption = typer.Option(
     show_default=False,
 )
 JsonOption = typer.Option(False, "--json", help="Print JSON instead of a table.")
+WorkspaceOption = typer.Option(
+    Path("."),
+    "--workspace",
+    "-w",
+    help="The workspace whose .keel/ to read (default: the current directory).",
+    file_okay=False,
+)
 
 console = Console()
 err_console = Console(stderr=True)

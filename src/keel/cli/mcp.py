@@ -12,7 +12,15 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from keel.cli.common import JsonOption, console, err_console, keel_errors, print_json, shown
+from keel.cli.common import (
+    JsonOption,
+    WorkspaceOption,
+    console,
+    err_console,
+    keel_errors,
+    print_json,
+    shown,
+)
 from keel.runtime.mcp_servers import McpHub, load_mcp_servers
 
 mcp_app = typer.Typer(help="MCP servers (.keel/mcp.toml) and their tools.", no_args_is_help=True)
@@ -26,13 +34,7 @@ def register(app: typer.Typer) -> None:
 @mcp_app.command("list")
 @keel_errors
 def list_command(
-    workspace: Path = typer.Option(
-        Path("."),
-        "--workspace",
-        "-w",
-        help="The workspace whose .keel/mcp.toml to read (default: the current directory).",
-        file_okay=False,
-    ),
+    workspace: Path = WorkspaceOption,
     json_out: bool = JsonOption,
 ) -> None:
     """Connect each server, list its tools, and say which could not start (exit 2)."""

@@ -12,7 +12,15 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from keel.cli.common import JsonOption, console, err_console, keel_errors, print_json, shown
+from keel.cli.common import (
+    JsonOption,
+    WorkspaceOption,
+    console,
+    err_console,
+    keel_errors,
+    print_json,
+    shown,
+)
 from keel.core.errors import ConfigError
 from keel.tools.skills import scan_skills
 
@@ -31,13 +39,7 @@ def register(app: typer.Typer) -> None:
 @skills_app.command("list")
 @keel_errors
 def list_command(
-    workspace: Path = typer.Option(
-        Path("."),
-        "--workspace",
-        "-w",
-        help="The workspace whose .keel/skills to read (default: the current directory).",
-        file_okay=False,
-    ),
+    workspace: Path = WorkspaceOption,
     json_out: bool = JsonOption,
 ) -> None:
     """List the workspace's skills (name, description, digest); exit 2 if any is invalid."""
