@@ -15,17 +15,21 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
 import pytest
 
-from keel.core.errors import ConfigError
+from keel.core.errors import ConfigError, ToolError
 from keel.core.events import Event, EventType
+from keel.core.mcp_config import parse_mcp_config
 from keel.runtime.harness import Harness
+from keel.runtime.mcp_servers import McpHub, load_mcp_servers
 from keel.store.url import open_store
 from keel.testing import ScriptedModel
 from keel.testing.cli import KeelWorkspace, call, expect, turn
+from keel.tools import ToolContext
 
 SERVER = Path(__file__).resolve().parents[1] / "fixtures" / "mcp" / "server.py"
 DONE = turn(call("request_completion", summary="done"))
@@ -304,3 +308,53 @@ def test_an_allowlist_may_name_a_servers_tools(tmp_path: Path) -> None:
             harness.create("x", cwd=ws, tools=["mcp__other__add"])
     finally:
         harness.close()
+
+
+@pytest.mark.parametrize(
+    ("data", "words"),
+    [
+        (b'[servers.lab]\ncommand = ["caf\xe9"]\n', "not UTF-8 text"),
+        (b"# " + b"x" * 70_000 + b"\n", "over 65536 bytes"),
+    ],
+)
+def test_an_mcp_toml_that_is_not_text_or_too_big_is_refused_whole(
+    tmp_path: Path, data: bytes, words: str
+) -> None:
+    ws = workspace(tmp_path, "")
+    (ws / ".keel" / "mcp.toml").write_bytes(data)
+    with pytest.raises(ConfigError, match=words):
+        load_mcp_servers(ws)
+
+
+def test_what_a_hostile_server_lists_or_answers_is_bounded(tmp_path: Path) -> None:
+    """A server's own data is not trusted either: a tool name no provider accepts or an
+    input schema that is no JSON Schema is left out; an endless answer is cut."""
+    hub = McpHub(tmp_path, parse_mcp_config(stdio_config(), "mcp.toml"))
+    entry = parse_mcp_config(stdio_config(), "mcp.toml")[0]
+    try:
+        listed = [
+            SimpleNamespace(name="ok", description="fine", input_schema={"type": "object"}),
+            SimpleNamespace(name="has space", description="x", input_schema={"type": "object"}),
+            SimpleNamespace(name="x" * 80, description="x", input_schema={"type": "object"}),
+            SimpleNamespace(name="bad", description="x", input_schema={"type": 7}),
+            SimpleNamespace(name="array", description="x", input_schema={"type": "array"}),
+        ]
+        made = [tool for item in listed for tool in hub._tool(entry, item)]
+        assert [tool.name for tool in made] == ["mcp__lab__ok"]
+        endless = SimpleNamespace(
+            content=[SimpleNamespace(type="text", text="y" * 1_000_000)],
+            structured_content=None,
+            is_error=False,
+        )
+        ctx = ToolContext(workspace=tmp_path, run_id="run_x", call_id="c", owner="o")
+        result = hub._result(ctx, "lab", "ok", endless)
+        assert len(result.output) < 300_000 and result.output.endswith("characters]")
+        refused = SimpleNamespace(
+            content=[SimpleNamespace(type="text", text="nope")],
+            structured_content=None,
+            is_error=True,
+        )
+        with pytest.raises(ToolError, match="ok \\(MCP server lab\\) failed: nope"):
+            hub._result(ctx, "lab", "ok", refused)
+    finally:
+        hub.close()

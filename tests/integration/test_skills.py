@@ -41,6 +41,9 @@ def add_skill(ws: Path, name: str = "db-migrate", text: str = SKILL) -> Path:
     return folder
 
 
+DONE_TURN = turn(call("request_completion", summary="done"))
+
+
 def load(name: str) -> dict[str, object]:
     return {"name": "load_skill", "arguments": {"name": name}}
 
@@ -194,3 +197,43 @@ def test_a_skills_folder_that_leads_out_of_the_workspace_refuses_the_run(tmp_pat
             harness.create("x", cwd=ws)
     finally:
         harness.close()
+
+
+@pytest.mark.parametrize(
+    ("data", "words"),
+    [
+        (b"---\nname: db-migrate\ndescription: caf\xe9\n---\nx\n", "SKILL.md:3: not UTF-8"),
+        (b"---\nname: db-migrate\ndescription: d\n---\n" + b"x" * 300_000, "over the"),
+    ],
+)
+def test_skill_bytes_that_are_not_text_or_too_big_are_refused(
+    tmp_path: Path, data: bytes, words: str
+) -> None:
+    ws = tmp_path / "ws"
+    folder = add_skill(ws)
+    (folder / "SKILL.md").write_bytes(data)
+    harness = Harness(store=f"sqlite:///{tmp_path / 'keel.db'}", model=ScriptedModel([]))
+    try:
+        with pytest.raises(ConfigError, match=words):
+            harness.create("x", cwd=ws)
+    finally:
+        harness.close()
+
+
+def test_load_skill_of_a_path_or_an_unlisted_name_reads_nothing(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    add_skill(ws)
+    (tmp_path / "secret.md").write_text("TOP-SECRET")
+    names = ["../../../secret", "db-migrate/../../..", "DB-MIGRATE", "db-migrate\x00", "x" * 64]
+    model = ScriptedModel([*(turn(load(name)) for name in names), DONE_TURN])
+    harness = Harness(store=f"sqlite:///{tmp_path / 'keel.db'}", model=model)
+    try:
+        outcome = harness.run("x", cwd=ws, mode="auto")
+        events = list(harness.events(outcome.state.run_id))
+    finally:
+        harness.close()
+    assert outcome.state.status.value == "completed", outcome.state.reason
+    refused = [e.data for e in events if e.type is EventType.TOOL_FAILED]
+    assert len(refused) == len(names)
+    assert all("no skill named" in r["message"] for r in refused)
+    assert b"TOP-SECRET" not in (tmp_path / "keel.db").read_bytes()

@@ -62,7 +62,7 @@ def load_mcp_servers(workspace: Path) -> tuple[McpServer, ...]:
         with opened:
             if not opened.is_file:
                 raise ConfigError(f"{source}: not a regular file")
-            data = opened.read(MAX_CONFIG_BYTES)
+            data = opened.read(MAX_CONFIG_BYTES + 1)  # one more: refused below, not cut
     if len(data) > MAX_CONFIG_BYTES:
         raise ConfigError(f"{source}: over {MAX_CONFIG_BYTES} bytes")
     try:

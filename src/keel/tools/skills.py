@@ -69,7 +69,7 @@ def read_skill(workspace: Path, name: str) -> Skill | None:
         with opened:
             if not opened.is_file:
                 raise ConfigError(f"{source}: not a regular file")
-            data = opened.read(MAX_SKILL_BYTES)
+            data = opened.read(MAX_SKILL_BYTES + 1)  # one more: parse_skill refuses it whole
     return parse_skill(data, folder=name, source=source)
 
 
