@@ -46,6 +46,7 @@ PINNED = {
     "PAUSE_REQUESTED": "pause_requested",
     "MESSAGE_RECEIVED": "message_received",
     "FOLLOW_UP_CREATED": "follow_up_created",
+    "MIDDLEWARE_DECIDED": "middleware_decided",
 }
 
 

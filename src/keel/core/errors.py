@@ -19,6 +19,7 @@
     └── RunFailure                 something stopped the work
         ├── BudgetExhausted        a budget dimension ran out
         ├── ModelError             the provider refused or kept failing
+        ├── ContextUnfaithful      a compacted context would lose something the run needs
         ├── ToolError              a tool could not do what was asked (shown to the model)
         │   ├── ToolArgumentError  the model's arguments are not JSON or miss the schema
         │   └── ToolTimedOut       a call passed its deadline and was stopped
@@ -186,6 +187,24 @@ class ModelError(RunFailure):
         self.status_code = status_code
         self.transient = transient
         self.reason = reason
+
+
+class ContextUnfaithful(RunFailure):
+    """A continuation (``keel.loop.context``) lacks a fidelity item, so it is never sent.
+
+    `missing` names the kind (``goal``, ``open todo``, ``verification gap``,
+    ``unresolved error``) and `item` its text; the run fails with a stop reason naming
+    both rather than show the model a context that forgot them."""
+
+    def __init__(self, missing: str, item: str) -> None:
+        shown = item if len(item) <= 200 else item[:200] + "…"
+        super().__init__(
+            f"the compacted context lacks the {missing} {shown!r}; it was not sent "
+            "(a continuation must keep the goal, every open todo, the latest verification "
+            "gaps and the last unresolved error)"
+        )
+        self.missing = missing
+        self.item = item
 
 
 class ToolError(RunFailure):

@@ -53,6 +53,7 @@ class EventType(StrEnum):
     PAUSE_REQUESTED = "pause_requested"  # by, reason: the run pauses after its current step
     MESSAGE_RECEIVED = "message_received"  # text, by: a person's words the model reads next
     FOLLOW_UP_CREATED = "follow_up_created"  # run_id, by: an ended run's follow-up run
+    MIDDLEWARE_DECIDED = "middleware_decided"  # middleware, point, decision, reason, patch
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

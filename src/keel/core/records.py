@@ -45,6 +45,9 @@ class RunOptions:
     # --- service (``keel serve``); stored only when set ---
     creator: str | None = None  # who created the run, e.g. "token:NAME"; None: the CLI
     follows: str | None = None  # the run this one follows up (``keel message`` on an ended run)
+    # --- context (``keel.loop.context``); stored only when set ---
+    context_tokens: int | None = None  # the model's context size; None: known for the model
+    context_summary: bool = False  # a compaction also asks the model to summarise
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -66,6 +69,8 @@ class RunOptions:
             d["depth"] = self.depth
         if self.skills is not None:
             d["skills"] = [dict(skill) for skill in self.skills]
+        if self.context_summary:
+            d["context_summary"] = True
         for key in (
             "root_id",
             "agent",
@@ -75,6 +80,7 @@ class RunOptions:
             "workspace_git",
             "creator",
             "follows",
+            "context_tokens",
         ):
             value = getattr(self, key)
             if value is not None:
@@ -104,6 +110,8 @@ class RunOptions:
             skills=tuple(dict(skill) for skill in d["skills"]) if d.get("skills") else None,
             creator=d.get("creator"),
             follows=d.get("follows"),
+            context_tokens=None if d.get("context_tokens") is None else int(d["context_tokens"]),
+            context_summary=bool(d.get("context_summary", False)),
         )
 
     @property

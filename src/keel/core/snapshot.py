@@ -63,7 +63,9 @@ def _delegation_dict(self: RunState) -> dict[str, Any]:
     d: dict[str, Any] = {}
     if self.children:
         d["children"] = {k: r.to_dict() for k, r in self.children.items()}
-    for key in ("child_failure", "escalation", "handoff", "pause_requested"):
+    if self.decisions:
+        d["decisions"] = {k: [dict(r) for r in v] for k, v in self.decisions.items()}
+    for key in ("child_failure", "escalation", "handoff", "pause_requested", "middleware_block"):
         value = getattr(self, key)
         if value is not None:
             d[key] = value
@@ -109,6 +111,8 @@ def state_from_snapshot(d: dict[str, Any]) -> RunState:
         escalation=d.get("escalation"),
         handoff=d.get("handoff"),
         pause_requested=d.get("pause_requested"),
+        decisions={k: tuple(dict(r) for r in v) for k, v in (d.get("decisions") or {}).items()},
+        middleware_block=d.get("middleware_block"),
         last_seq=int(d.get("last_seq", 0)),
         last_hash=str(d.get("last_hash") or ""),
         updated_at=d.get("updated_at"),

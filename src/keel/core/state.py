@@ -74,6 +74,11 @@ class RunState:
     handoff: dict[str, Any] | None = None  # the run that took over (the run then completes)
     # --- steering (keel.runtime.steering) ---
     pause_requested: dict[str, Any] | None = None  # by, reason: pause at the next step boundary
+    # --- middleware (keel.core.middleware) ---
+    # Recorded decisions still to act on: "model" (before the next model call) and
+    # "call:ID" (before a tool call), each the point's middleware_decided data in order.
+    decisions: dict[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)
+    middleware_block: dict[str, Any] | None = None  # a deny around the model: the run stops
     last_seq: int = 0
     last_hash: str = ""  # chain hash of event last_seq (keel.core.chain); "" before any
     updated_at: str | None = None
@@ -250,6 +255,7 @@ def _model_responded(s: RunState, d: dict[str, Any]) -> RunState:
         usage=s.usage.add_turn(d.get("usage") or {}, float(d.get("cost", 0.0))),
         turn_calls=calls,
         truncated_turns=s.truncated_turns + 1 if finish == "length" else 0,
+        decisions=_without(s.decisions, "model"),
     )
 
 
@@ -320,6 +326,7 @@ def _tool_finished(s: RunState, d: dict[str, Any]) -> RunState:
         usage=s.usage.add(tool_calls=1),
         turn_calls=_answered(s, d.get("call_id")),
         open_calls=open_calls,
+        decisions=_without(s.decisions, f"call:{d.get('call_id')}"),
         changed_files={**s.changed_files, **changed} if changed else s.changed_files,
         mutation_revision=s.mutation_revision + 1 if changed else s.mutation_revision,
         recent_calls=_push(s.recent_calls, signature, RECENT_WINDOW),
@@ -341,6 +348,7 @@ def _tool_failed(s: RunState, d: dict[str, Any]) -> RunState:
         usage=s.usage.add(tool_calls=1),
         turn_calls=_answered(s, d.get("call_id")),
         open_calls=open_calls,
+        decisions=_without(s.decisions, f"call:{d.get('call_id')}"),
         changed_files={**s.changed_files, **changed} if changed else s.changed_files,
         mutation_revision=s.mutation_revision + 1 if changed else s.mutation_revision,
         recent_calls=_push(s.recent_calls, signature, RECENT_WINDOW),
@@ -538,6 +546,44 @@ def _handed_off(s: RunState, d: dict[str, Any]) -> RunState:
     return _evolve(s, handoff={"run_id": d.get("run_id"), "agent": d.get("agent")})
 
 
+def _middleware_decided(s: RunState, d: dict[str, Any]) -> RunState:
+    """A middleware's decision the loop acts on next: before the model or a tool call it
+    waits in ``decisions`` (so a resume replays it); a deny around the model stops the
+    run (``middleware_block``). Other points' decisions were applied where they were
+    made; their events are the record."""
+    point, kind = d.get("point"), d.get("decision")
+    if kind in ("deny",) and point in ("before_model", "after_model"):
+        s = _evolve(s, middleware_block=dict(d))
+    key = {"before_model": "model", "before_tool": f"call:{d.get('call_id')}"}.get(str(point))
+    if key is None:
+        return s  # an "error" record is kept too: the point was asked, and answered
+    return _evolve(s, decisions={**s.decisions, key: (*s.decisions.get(key, ()), dict(d))})
+
+
+def _without(decisions: dict[str, tuple[dict[str, Any], ...]], key: str) -> dict[str, Any]:
+    if key not in decisions:
+        return decisions
+    return {k: v for k, v in decisions.items() if k != key}
+
+
+def _context_compacted(s: RunState, d: dict[str, Any]) -> RunState:
+    """A compaction: a model-written summary's tokens and cost count as the run's (its
+    call is not a step); a compaction without one changes nothing here."""
+    summary = d.get("summary")
+    if not isinstance(summary, dict):
+        return s
+    reported = summary.get("usage")
+    usage: dict[str, Any] = reported if isinstance(reported, dict) else {}
+    tokens: int = sum(_whole(usage.get(kind)) for kind in ("input_tokens", "output_tokens"))
+    return _evolve(
+        s, usage=s.usage.absorb({**usage, "tokens": tokens, "cost": summary.get("cost", 0.0)})
+    )
+
+
+def _whole(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
 def _unchanged(s: RunState, d: dict[str, Any]) -> RunState:
     return s
 
@@ -571,7 +617,7 @@ _APPLY = {
     EventType.SUBAGENT_FINISHED: _subagent_finished,
     EventType.NO_PROGRESS_DETECTED: _no_progress,
     EventType.RETRY_SCHEDULED: _unchanged,
-    EventType.CONTEXT_COMPACTED: _unchanged,
+    EventType.CONTEXT_COMPACTED: _context_compacted,
     EventType.TASK_LINKED: _task_linked,
     EventType.PROCESS_STARTED: _process_started,
     EventType.PROCESS_SETTLED: _process_settled,
@@ -583,6 +629,7 @@ _APPLY = {
     EventType.PAUSE_REQUESTED: _pause_requested,
     EventType.MESSAGE_RECEIVED: _unchanged,  # the transcript shows it to the model
     EventType.FOLLOW_UP_CREATED: _unchanged,
+    EventType.MIDDLEWARE_DECIDED: _middleware_decided,
 }
 
 __all__ = ["UNRUN_FINISH_REASONS", "RunState", "call_signature", "calls_run", "transition"]

@@ -30,6 +30,8 @@ class CallModel:
 
     step: int  # how many model turns the run already had
     notes: tuple[str, ...] = ()
+    consult: bool = False  # ask the before_model middleware first (none decided yet)
+    decisions: tuple[dict[str, Any], ...] = ()  # what they decided (recorded), to apply
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,6 +46,8 @@ class RunTool:
     grant: str | None = None  # approval digest this execution uses up
     record_start: bool = True  # False when tool_started is already in the log (a re-run)
     git_writable: bool = False  # an approved command that writes the repository
+    consult: bool = False  # ask the before_tool middleware first (none decided yet)
+    notes: tuple[str, ...] = ()  # middleware notes shown after the call's result
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -21,12 +21,12 @@ from keel.core.state import RunState, transition
 from keel.core.status import RunStatus
 from keel.loop.actions import (
     Action,
-    CallModel,
     Commit,
     Halt,
     RunTool,
     RunVerifiers,
 )
+from keel.loop.middleware_rules import blocked, call_decision, model_call, stricter
 from keel.loop.outcomes import failed_event, finished_event, loose_arguments, note_event
 from keel.loop.reconcile import reconcile
 from keel.loop.situation import Gate, Situation, ToolCatalog, Verdict
@@ -93,6 +93,9 @@ def decide(state: RunState, sit: Situation) -> Action:
         # A step boundary: nothing started is unfinished, so the run pauses here and
         # starts nothing new (its model's remaining calls run after the resume).
         return Commit(events=(pause_event(state),))
+    stopped = blocked(state)
+    if stopped is not None:
+        return stopped
     delegated = _delegation(state)
     if delegated is not None:
         return delegated
@@ -107,7 +110,7 @@ def decide(state: RunState, sit: Situation) -> Action:
     exhausted = _exhausted(state, tuple(Dimension))
     if exhausted is not None:
         return exhausted
-    return _before_model(state)
+    return _before_model(state, sit)
 
 
 def pause_event(state: RunState) -> NewEvent:
@@ -294,7 +297,7 @@ def _exhausted(state: RunState, dimensions: tuple[Dimension, ...]) -> Commit | N
     )
 
 
-def _before_model(state: RunState) -> Action:
+def _before_model(state: RunState, sit: Situation) -> Action:
     budget = state.options.budget
     fresh = [d for d in budget.warnings(state.usage) if d.value not in state.warned]
     if fresh:
@@ -337,7 +340,7 @@ def _before_model(state: RunState) -> Action:
                     ),
                 )
             )
-    return CallModel(step=state.usage.steps)
+    return model_call(state, sit)
 
 
 def _dimension_label(dim: Dimension) -> str:
@@ -396,8 +399,13 @@ def _dispatch_next(state: RunState, sit: Situation) -> Action:
             )
         )
 
+    decided = call_decision(state, sit, call_id, name, args)
+    if decided.done is not None:
+        return decided.done
+    args = decided.arguments if decided.arguments is not None else args
     mode = Mode(state.mode)
     verdict: Verdict = sit.gate.decide(name, info.effect, args, mode=mode, workspace=sit.workspace)
+    verdict = stricter(verdict, decided.ask)
     if verdict.action != "deny":
         # An approved plan is changed only with a person's approval.
         guarded = plan_change_decision(state, name, info.effect, args, workspace=sit.workspace)
@@ -442,6 +450,8 @@ def _dispatch_next(state: RunState, sit: Situation) -> Action:
         recovery=info.recovery,
         grant=grant,
         git_writable=verdict.writes_git,
+        consult=decided.consult,
+        notes=decided.notes,
     )
 
 

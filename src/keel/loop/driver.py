@@ -36,6 +36,7 @@ from keel.core.errors import (
 )
 from keel.core.events import Event, EventType, NewEvent
 from keel.core.guard import PathGuard
+from keel.core.middleware import Point
 from keel.core.redact import Redactor, SecretSource
 from keel.core.state import RunState
 from keel.core.text import has_lone_surrogate, valid_data
@@ -49,10 +50,14 @@ from keel.loop.actions import (
     SettleProcess,
 )
 from keel.loop.catalog import RegistryCatalog, TotalGate, offered_specs
+from keel.loop.compaction import ContextKeeper
+from keel.loop.context import ContextBudget
 from keel.loop.decide import Gate, Situation, decide
 from keel.loop.failures import PASS_THROUGH, error_kind, error_message, internal_failure
 from keel.loop.faults import fault_point
 from keel.loop.fingerprint import fingerprint, shown_changes
+from keel.loop.middleware import MiddlewareChain
+from keel.loop.middleware_driving import MiddlewareDriving
 from keel.loop.outcomes import (
     after_model,
     after_verification,
@@ -67,10 +72,19 @@ from keel.loop.outcomes import (
     retry_event,
 )
 from keel.loop.prepare import build_messages
+from keel.loop.token_estimate import specs_tokens
 from keel.loop.transcript import Transcript, recent_transcript
 from keel.loop.turns import valid_turn
 from keel.loop.verification import check_workspace
-from keel.models.base import Model, ModelRequest, RetryNotice, StreamDelta, ToolCall, ToolSpec
+from keel.models.base import (
+    Model,
+    ModelRequest,
+    ModelTurn,
+    RetryNotice,
+    StreamDelta,
+    ToolCall,
+    ToolSpec,
+)
 from keel.sandbox import orphans
 from keel.sandbox.base import Sandbox, SandboxSettings
 from keel.store.base import Store
@@ -123,15 +137,21 @@ class Driver:
     # Children (keel.runtime.delegation.Delegation): answers the delegation tools and looks
     # at the run's background children between steps. None: this run spawns nothing.
     delegation: Any = None
+    middleware: MiddlewareChain = field(default_factory=MiddlewareChain)
     transcript: Transcript = field(init=False)
     workspace: Path = field(init=False)
     _catalog: RegistryCatalog = field(init=False)
     _specs: tuple[ToolSpec, ...] = field(init=False)
+    _window: ContextKeeper = field(init=False)  # when to compact the transcript (loop.context)
     _stored: RunState = field(init=False)  # the state as the store has it
     _pending: FoldedStep | None = field(init=False)  # folded into ``state``, not yet stored
     _pending_events: list[NewEvent] = field(init=False)  # the same, unfolded (for a retry)
+    _points: frozenset[str] = field(init=False)
+    _asking: MiddlewareDriving = field(init=False)
 
     def __post_init__(self) -> None:
+        self._points = frozenset(p.value for p in self.middleware.points)
+        self._asking = MiddlewareDriving(self.middleware)
         self._stored = self.state
         self._pending = None
         self._pending_events = []
@@ -139,6 +159,11 @@ class Driver:
         self.transcript = recent_transcript(self.store, self.state)
         self._catalog = RegistryCatalog(self.registry)
         self._specs = offered_specs(self.registry)
+        self._window = ContextKeeper(
+            budget=ContextBudget.of(self.state.options),
+            specs_tokens=specs_tokens(self._specs),
+            scrub=lambda text: self.redactor.scrub_text(text),  # noqa: PLW0108 - redactor is replaced
+        )
 
     @property
     def run_id(self) -> str:
@@ -222,6 +247,7 @@ class Driver:
             workspace=self.workspace,
             now=datetime.now(UTC),
             child_statuses=self.delegation.child_statuses(self.state) if waiting_on_child else {},
+            middleware_points=self._points,
         )
 
     # --- recording -----------------------------------------------------------------------
@@ -236,6 +262,9 @@ class Driver:
         just asks the model again. Events are folded once, here, with the store's own
         ``fold_step``; the store checks the sequence and the lease.
         """
+        if self.middleware.observer_errors:  # on_event failures, recorded with the next step
+            errors, self.middleware.observer_errors[:] = list(self.middleware.observer_errors), []
+            events = [*self._asking.decided(errors), *events]
         clean = [NewEvent(type=e.type, data=self._for_record(e.data)) for e in events]
         if clean:
             step = fold_step(self.state, clean, now=datetime.now(UTC))
@@ -299,8 +328,11 @@ class Driver:
     def _absorb(self, state: RunState, stored: list[Event]) -> None:
         self.state = state
         self._stored = state
+        observing = Point.ON_EVENT in self.middleware.points
         for event in stored:
             self.transcript.apply(event)
+            if observing:
+                self.middleware.observe(event)
             if self.on_event is not None:
                 self.on_event(event, state)
 
@@ -308,35 +340,87 @@ class Driver:
 
     def _call_model(self, action: CallModel) -> None:
         self.flush()  # the model sees (and the log holds) every earlier step
-        request = ModelRequest(
-            messages=build_messages(self.state, self.transcript),
-            tools=self._specs,
-            step=action.step,
-            on_retry=self._record_retry,
-            on_delta=self.on_delta,
-        )
+        self._fit_context(action, overflow=False)
+        if self.state.status.terminal:
+            return  # the compacted context would have been unfaithful: the run failed
+        request = self._request(action)
+        if action.consult:
+            asked = self._asking.before_model(self.state, request)
+            if asked:  # recorded; the loop decides again with these decisions
+                self.commit(asked)
+                return
+        answer = None
+        if action.decisions:
+            request, answer = self._asking.apply_before_model(request, action.decisions)
         started = time.monotonic()
         try:
-            turn = self.model.complete(request)
+            if answer is None:
+                request, turn = self._complete(action, request)
+            else:
+                turn = answer
         except ModelError as exc:
-            self.commit([model_failed(self.state, exc)])
+            if not self.state.status.terminal:
+                self.commit([model_failed(self.state, exc)])
             return
         elapsed = time.monotonic() - started
         fault_point("mid_model_step")
         valid, _ = valid_turn(turn)  # after_model records what was made valid
+        decided: list[NewEvent] = []
+        if Point.AFTER_MODEL in self.middleware.points:
+            valid, decided = self._asking.after_model(self.state, action.step + 1, valid)
+            turn = valid
         requested = NewEvent(
             type=EventType.MODEL_REQUESTED,
             data={
                 "step": action.step + 1,
                 "model": self.model.spec,
                 "messages": len(request.messages),
+                **({"answered_by": answer.model} if answer is not None else {}),
             },
         )
         self._learn_written_secrets(valid.tool_calls)
         self.commit(
-            [requested, *after_model(self.state, turn, elapsed_s=elapsed)],
-            defer=replay_safe(valid, self._is_read),
+            [requested, *after_model(self.state, turn, elapsed_s=elapsed), *decided],
+            defer=not decided and replay_safe(valid, self._is_read),
         )
+
+    def _request(self, action: CallModel) -> ModelRequest:
+        return ModelRequest(
+            messages=build_messages(self.state, self.transcript),
+            tools=self._specs,
+            step=action.step,
+            on_retry=self._record_retry,
+            on_delta=self.on_delta,
+        )
+
+    def _complete(self, action: CallModel, request: ModelRequest) -> tuple[ModelRequest, ModelTurn]:
+        """The model's answer; a context overflow compacts the transcript once (reason
+        ``overflow``) and asks again (with the same recorded before_model patches); a
+        second overflow, or one with nothing left to drop, is the ModelError it was."""
+        try:
+            return request, self.model.complete(request)
+        except ModelError as exc:
+            if exc.reason != "context_overflow" or not self._fit_context(action, overflow=True):
+                raise
+        request = self._request(action)
+        if action.decisions:
+            request, _ = self._asking.apply_before_model(request, action.decisions)
+        return request, self.model.complete(request)
+
+    def _fit_context(self, action: CallModel, *, overflow: bool) -> bool:
+        """Commit the compaction the next request needs (``keel.loop.compaction``); True
+        when the transcript was compacted and the run goes on."""
+        events = self._window.compact(
+            self.state,
+            self.transcript,
+            step=action.step,
+            overflow=overflow,
+            model=self.model,
+            on_retry=self._record_retry,
+        )
+        if events:
+            self.commit(events)
+        return bool(events) and not self.state.status.terminal
 
     def _learn_written_secrets(self, calls: Sequence[ToolCall]) -> None:
         """Values the model is about to write into a secret file are secrets from now on,
@@ -437,6 +521,11 @@ class Driver:
             # file can have, a bug): nothing happened yet, so the model is told.
             self._failed(action, error_kind(exc), error_message(exc), started, None)
             return
+        if action.consult:
+            asked = self._asking.before_tool(self.state, action)
+            if asked:  # recorded before anything ran; the loop decides again with them
+                self.commit(asked)
+                return
         if action.effect in SIDE_EFFECTS:
             if action.record_start:
                 isolation = self._isolation() if action.effect == Effect.EXECUTE.value else None
@@ -484,8 +573,14 @@ class Driver:
             self.redactor = self.secrets.refresh(self.redactor)
         output = self._inline_output(action.call_id, result)
         events = call_finished(action, output, changed, time.monotonic() - started, result.data)
+        decided: list[NewEvent] = []
+        if action.notes or Point.AFTER_TOOL in self.middleware.points:
+            events, decided = self._asking.after_tool(self.state, action, events, changed)
         # A read's result may wait for the next durable commit: replaying a read is safe.
-        self.commit(events, defer=action.effect == Effect.READ.value and not changed)
+        self.commit(
+            [*events, *decided],
+            defer=action.effect == Effect.READ.value and not changed and not decided,
+        )
         fault_point("after_tool_finished")
 
     def _confirm_lease(self) -> None:
@@ -608,13 +703,15 @@ class Driver:
             guard=self.guard,
             timeout_s=self.verifier_timeout_s,
         )
+        elapsed = time.monotonic() - started
+        gaps, decided = self._asking.before_complete(self.state, records)
         self.commit(
-            after_verification(
-                self.state,
-                records,
-                elapsed_s=time.monotonic() - started,
-                diff_artifact=diff_artifact,
-            )
+            [
+                *decided,
+                *after_verification(
+                    self.state, records, elapsed_s=elapsed, diff_artifact=diff_artifact, gaps=gaps
+                ),
+            ]
         )
 
 

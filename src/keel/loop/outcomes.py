@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -179,16 +179,21 @@ def after_verification(
     *,
     elapsed_s: float,
     diff_artifact: str | None = None,
+    gaps: Sequence[str] = (),
 ) -> tuple[NewEvent, ...]:
-    """Completion only on evidence: every required verifier passed at this revision, and
-    no file changed outside the paths an approved plan names (``outside_plan``).
+    """Completion only on evidence: every required verifier passed at this revision, no
+    file changed outside the paths an approved plan names (``outside_plan``), and no
+    middleware added a gap (``gaps``, from ``before_complete``).
 
     ``diff_artifact`` (the workspace's diff, when it is a git work tree) joins the
     verifiers' outputs in the evidence, so a reader sees what was verified.
     """
     checked = replace(state, validations=(*state.validations, *records))
-    gaps = checked.verification_gaps()
+    added = list(gaps)
+    gaps = [*checked.verification_gaps(), *added]
     data: dict[str, Any] = {"records": [r.to_dict() for r in records], "elapsed_s": elapsed_s}
+    if added:
+        data["middleware_gaps"] = added
     if diff_artifact:
         data["diff"] = diff_artifact
     summary = (state.result or {}).get("summary", "")

@@ -44,21 +44,30 @@ def system_prompt(state: RunState) -> str:
         gaps = state.verification_gaps()
         if state.validations and gaps:
             lines += ["Open verification gaps:"] + [f"  - {g}" for g in gaps]
-    remaining = state.options.budget.remaining(state.usage)
-    shown = ", ".join(
-        f"{name.replace('_', ' ')} {_fmt(left)}"
-        for name, left in remaining.items()
-        if left is not None
-    )
+    shown = budget_left(state)
     if shown:
         lines += ["", f"Budget left: {shown}"]
     return "\n".join(lines)
 
 
-def build_messages(state: RunState, transcript: Transcript) -> tuple[Message, ...]:
-    """System facts, the goal, then the recent conversation."""
+def budget_left(state: RunState) -> str:
+    """What is left of each limited budget dimension ("steps 12, tokens 800"), or ""."""
+    remaining = state.options.budget.remaining(state.usage)
+    return ", ".join(
+        f"{name.replace('_', ' ')} {_fmt(left)}"
+        for name, left in remaining.items()
+        if left is not None
+    )
+
+
+def build_messages(
+    state: RunState, transcript: Transcript, *, system: str | None = None
+) -> tuple[Message, ...]:
+    """System facts, the goal, then the conversation: the latest compaction's
+    continuation and every message since (``Transcript.view``). ``system`` is
+    ``system_prompt(state)`` when the caller already made it."""
     return (
-        Message(role="system", content=system_prompt(state)),
+        Message(role="system", content=system if system is not None else system_prompt(state)),
         Message(role="user", content=state.goal),
         *transcript.view(),
     )

@@ -69,6 +69,8 @@ class Situation:
     approval_ttl_s: float = DEFAULT_REQUEST_TTL_S  # when the run sets no approval timeout
     # The status of the child a waiting parent waits for (read by the driver only then).
     child_statuses: Mapping[str, str] = field(default_factory=dict)
+    # The lifecycle points some middleware is asked at (``keel.loop.middleware``).
+    middleware_points: frozenset[str] = frozenset()
 
 
 __all__ = ["Gate", "Situation", "ToolCatalog", "ToolInfo", "Verdict"]

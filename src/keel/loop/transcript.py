@@ -2,28 +2,47 @@
 
 The model's view is never kept only in memory: ``Transcript`` folds the same
 events the store holds, so a resumed run shows the model exactly what the
-original process would have. It keeps a bounded tail, so building a view costs
-the same at step 10 and at step 10 000.
+original process would have. The view is every message since the latest
+``context_compacted`` event, after that event's continuation (``keel.loop.context``
+decides when to compact and what the continuation says; this module only applies
+what the log records). The running token total is kept as messages come and go,
+so measuring the view costs the same at step 10 and at step 10 000.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections import deque
-from collections.abc import Iterable
-from itertools import islice
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from keel.core.events import Event, EventType
 from keel.core.state import RunState, calls_run
+from keel.loop.token_estimate import message_tokens
 from keel.models.base import Message, ToolCall
 from keel.store.base import Store
 
 TRANSCRIPT_TAIL_EVENTS = 256  # first window of events read back to rebuild the conversation
 
-KEPT_MESSAGES = 400  # how much conversation is kept in memory
-VIEW_MESSAGES = 60  # how much of it the model sees each turn
+# A user message between a turn's calls and their results is invalid on the wire.
+HELD_UNTIL_ANSWERED = frozenset({EventType.MESSAGE_RECEIVED, EventType.NOTE_ADDED})
 MAX_TOOL_TEXT = 12_000  # characters of one tool result shown to the model
+ARTIFACT_REFERENCE = re.compile(r"artifact:([A-Za-z0-9_-]+)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Entry:
+    """One message of the view with what compaction needs to know of it: the event it
+    came from (``seq``), its estimated tokens, the failed call it reports (tool,
+    arguments, error) and the artifacts its event names."""
+
+    seq: int
+    message: Message
+    tokens: int
+    failure: dict[str, Any] | None = None
+    artifacts: tuple[str, ...] = ()
 
 
 class Transcript:
@@ -33,59 +52,89 @@ class Transcript:
     next turn. One that arrives while the latest turn's calls are still being answered
     is placed after their results (a user message between a turn's calls and their
     results is invalid on the wire); log order is kept otherwise.
+
+    A ``context_compacted`` event drops every message whose event is at or before its
+    ``through_seq`` and shows its continuation text instead, first. ``tokens`` is the
+    estimated size of ``view()``, kept as a running total (never recounted).
     """
 
     def __init__(self, events: Iterable[Event] = ()) -> None:
-        self.messages: deque[Message] = deque(maxlen=KEPT_MESSAGES)
-        self.dropped = 0
+        self.entries: deque[Entry] = deque()
+        self.compaction: dict[str, Any] | None = None  # the latest context_compacted data
+        self.continuation: Message | None = None
+        self.tokens = 0  # of view(): the continuation and every entry
         self._unanswered: set[str] = set()  # call ids of the latest turn without a result
-        self._held: list[Message] = []  # people's messages waiting for those results
+        self._held: list[Entry] = []  # people's messages waiting for those results
         for event in events:
             self.apply(event)
 
+    @property
+    def messages(self) -> list[Message]:
+        """The messages after the continuation, in order."""
+        return [entry.message for entry in self.entries]
+
+    @property
+    def holding(self) -> bool:
+        """Whether a person's message waits for the latest turn's results."""
+        return bool(self._held)
+
     def apply(self, event: Event) -> None:
+        if event.type is EventType.CONTEXT_COMPACTED:
+            self._compact(event.data)
+            return
         message = _message_for(event.type, event.data)
         if message is None:
             return
-        if event.type is EventType.MESSAGE_RECEIVED and self._unanswered:
-            self._held.append(message)
+        entry = Entry(
+            seq=event.seq,
+            message=message,
+            tokens=message_tokens(message),
+            failure=_failure(event),
+            artifacts=_artifacts(event),
+        )
+        if self._unanswered and event.type in HELD_UNTIL_ANSWERED:
+            self._held.append(entry)
             return
         if message.role == "assistant":
             self._unanswered = {call.id for call in message.tool_calls}
         elif message.role == "tool":
             self._unanswered.discard(message.tool_call_id or "")
-        self._append(message)
+        self._append(entry)
         if self._held and not self._unanswered:
             held, self._held = self._held, []
             for waiting in held:
                 self._append(waiting)
 
-    def _append(self, message: Message) -> None:
-        if len(self.messages) == self.messages.maxlen:
-            self.dropped += 1
-        self.messages.append(message)
+    def _append(self, entry: Entry) -> None:
+        self.entries.append(entry)
+        self.tokens += entry.tokens
 
-    def view(self, limit: int = VIEW_MESSAGES) -> list[Message]:
-        """The latest ``limit`` messages, never starting with an orphaned tool result."""
-        messages = self.messages
-        tail = list(islice(messages, max(0, len(messages) - limit), None))
-        start = 0
-        while start < len(tail) and tail[start].role == "tool":
-            start += 1
-        return tail[start:] if start else tail
+    def _compact(self, d: dict[str, Any]) -> None:
+        """Drop what the compaction covers and show its continuation. Counting the kept
+        entries again happens once per compaction, never per step."""
+        through = int(d["through_seq"])
+        self.entries = deque(entry for entry in self.entries if entry.seq > through)
+        self.compaction = d
+        self.continuation = Message(role="user", content=str(d.get("text", "")))
+        kept = sum(entry.tokens for entry in self.entries)
+        self.tokens = kept + message_tokens(self.continuation)
 
-    def covers_view(self) -> bool:
-        """True when it holds enough messages that ``view()`` equals a rebuild from seq 1."""
-        return len(self.messages) > VIEW_MESSAGES
+    def view(self) -> list[Message]:
+        """The continuation (after a compaction), then every message since; never
+        starting with an orphaned tool result (compaction cuts only before a turn)."""
+        head = [self.continuation] if self.continuation is not None else []
+        return head + [entry.message for entry in self.entries]
+
+    def __iter__(self) -> Iterator[Entry]:
+        return iter(self.entries)
 
 
 def _message_for(kind: EventType, d: dict[str, Any]) -> Message | None:
     if kind is EventType.MODEL_RESPONDED:
         return _assistant(d)
     if kind is EventType.TOOL_FINISHED:
-        return Message(
-            role="tool", tool_call_id=d["call_id"], content=_clip(str(d.get("output", "")))
-        )
+        shown = d.get("shown", d.get("output", ""))  # what middleware left of the output
+        return Message(role="tool", tool_call_id=d["call_id"], content=_clip(str(shown)))
     if kind is EventType.TOOL_FAILED:
         text = f"error ({d.get('error_kind', 'tool_error')}): {d.get('message', '')}"
         return Message(role="tool", tool_call_id=d["call_id"], content=_clip(text))
@@ -144,17 +193,47 @@ def _clip(text: str) -> str:
     return text[:MAX_TOOL_TEXT] + f"\n[truncated for the model: {omitted} characters omitted]"
 
 
-def recent_transcript(store: Store, state: RunState) -> Transcript:
-    """The model's conversation rebuilt from the tail of the log, not all of it.
+def _failure(event: Event) -> dict[str, Any] | None:
+    if event.type is not EventType.TOOL_FAILED:
+        return None
+    d = event.data
+    return {
+        "tool": str(d.get("tool", "")),
+        "arguments": d.get("arguments"),
+        "error": str(d.get("message", "")),
+        "seq": event.seq,
+    }
 
-    The window of events read grows until the transcript covers the model's view
-    (or reaches the run's first event), so resuming a long run costs the same as a
-    short one while the model sees exactly what the original process would have.
+
+def _artifacts(event: Event) -> tuple[str, ...]:
+    """Artifact ids the event's full output names (the shown text may be clipped)."""
+    if event.type is not EventType.TOOL_FINISHED:
+        return ()
+    output = event.data.get("output")
+    if not isinstance(output, str) or "artifact:" not in output:
+        return ()
+    return tuple(dict.fromkeys(ARTIFACT_REFERENCE.findall(output)))
+
+
+def recent_transcript(store: Store, state: RunState) -> Transcript:
+    """The model's conversation rebuilt from the log back to its latest compaction only.
+
+    Windows of events are read backwards (growing fourfold) until one holds a
+    ``context_compacted`` event or reaches the run's first event; the transcript is
+    then folded from just after that compaction's ``through_seq``. So resuming a long
+    run costs what the kept context costs, while the model sees exactly what the
+    original process would have.
     """
     window = TRANSCRIPT_TAIL_EVENTS
     while True:
         after = max(0, state.last_seq - window)
-        transcript = Transcript(store.read_events(state.run_id, after=after))
-        if after == 0 or transcript.covers_view():
-            return transcript
+        events = list(store.read_events(state.run_id, after=after))
+        latest = next((e for e in reversed(events) if e.type is EventType.CONTEXT_COMPACTED), None)
+        if latest is not None:
+            through = int(latest.data["through_seq"])
+            if through < after:  # the kept part starts before this window
+                events = list(store.read_events(state.run_id, after=through))
+            return Transcript(e for e in events if e.seq > through)
+        if after == 0:
+            return Transcript(events)
         window *= 4

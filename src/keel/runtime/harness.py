@@ -23,6 +23,7 @@ from keel.core.status import RunStatus
 from keel.loop.driver import DeltaSink, Driver, EventSink, LeaseGuard
 from keel.models.base import Model
 from keel.models.connections import close_shared_clients
+from keel.models.context_sizes import check_context_tokens
 from keel.models.resolve import resolve_model
 from keel.policy.modes import parse_mode
 from keel.policy.rules import Policy
@@ -172,6 +173,8 @@ class Harness:
         workspace_git: str | None = None,
         agent: str | None = None,
         tools: Sequence[str] | None = None,
+        context_tokens: int | None = None,
+        context_summary: bool = False,
     ) -> RunState:
         """Record a new run (``queued`` for a worker, else ready to execute here).
 
@@ -187,6 +190,12 @@ class Harness:
         call (``request_completion`` always, so it can finish; with ``agent``, the
         spec's allowlist is narrowed to it). A name this harness has no tool for is a
         ConfigError listing the tools there are.
+
+        ``context_tokens`` is the model's context size in tokens (default: the known size
+        of the run's model, ``keel.models.context_sizes``); older turns are compacted
+        into a continuation before a request would pass it (``keel.loop.context``), and
+        ``context_summary`` adds the model's own summary of them. Both are fixed at
+        creation, so a resume builds the same context.
 
         ``workspace_git`` (``URL[@REF]``) makes the run's workspace a checkout of that
         git source made by whichever process executes it (``keel.runtime.git_source``);
@@ -206,6 +215,7 @@ class Harness:
         check_budget(budget or Budget())
         check_seconds("approval_timeout", approval_timeout)
         check_seconds("grant_ttl", grant_ttl)
+        check_context_tokens("context_tokens", context_tokens)
         if record is not None:
             check_record(record, queued=queued)
         if not goal.strip():
@@ -272,6 +282,8 @@ class Harness:
             **(followed.options() if followed is not None else {}),
             tools=allowed,
             skills=skills or None,
+            context_tokens=context_tokens,
+            context_summary=context_summary,
         )
         return self.store.create_run(
             goal=redactor.scrub_text(goal),

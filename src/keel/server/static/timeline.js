@@ -209,6 +209,11 @@ const RENDER = {
     d.run_id ? h("p", {}, runLink(d.run_id)) : null,
     kv([["by", d.by]]),
   ],
+  middleware_decided: (d) => [
+    `Middleware ${d.middleware ?? "?"}: ${d.decision ?? "?"} at ${d.point ?? "?"}`,
+    d.reason || d.note || d.error ? h("p", {}, String(d.reason || d.note || d.error)) : null,
+    kv([["call", d.call_id]]),
+  ],
 };
 
 function childOf(d) {
