@@ -198,8 +198,9 @@ def combine(records: Iterable[Mapping[str, Any]]) -> Combined:
 
     The first ``deny`` wins (then the first ``ask``, then the first ``short_circuit``);
     patches merge in order, a later middleware's field replacing an earlier one's
-    (it was given the earlier one's result to change); ``error`` records (a middleware
-    that failed open) count as nothing.
+    (it was given the earlier one's result to change) — except ``arguments``, a patch of
+    the call's arguments itself, whose keys merge the same way; ``error`` records (a
+    middleware that failed open) count as nothing.
     """
     best: Mapping[str, Any] | None = None
     patch: dict[str, Any] = {}
@@ -207,7 +208,9 @@ def combine(records: Iterable[Mapping[str, Any]]) -> Combined:
     for record in records:
         kind = record.get("decision")
         if kind == "modify":
-            patch.update(record.get("patch") or {})
+            for key, value in (record.get("patch") or {}).items():
+                merges = key == "arguments" and isinstance(value, Mapping)
+                patch[key] = {**patch.get("arguments", {}), **value} if merges else value
         elif kind == "append":
             notes.append(f"{record.get('middleware')}: {record.get('note')}")
         if kind in RANK and (best is None or RANK[kind] > RANK[best["decision"]]):

@@ -21,6 +21,7 @@ from keel.core.records import RunOptions
 from keel.core.state import RunState
 from keel.core.status import RunStatus
 from keel.loop.driver import DeltaSink, Driver, EventSink, LeaseGuard
+from keel.loop.middleware import Middleware
 from keel.models.base import Model
 from keel.models.connections import close_shared_clients
 from keel.models.context_sizes import check_context_tokens
@@ -46,6 +47,7 @@ from keel.runtime.git_source import (
     parse_source,
 )
 from keel.runtime.heartbeat import Heartbeat
+from keel.runtime.hooks import RunMiddleware
 from keel.runtime.identity import process_owner
 from keel.runtime.mcp_servers import load_mcp_servers
 from keel.runtime.resume import read_policy_again, resume_events
@@ -132,10 +134,17 @@ class Harness:
         lease_ttl: float | None = None,
         on_event: EventSink | None = None,
         child_slots: int | None = None,
+        middleware: Sequence[Middleware | str] = (),
     ) -> None:
         """``child_slots``: threads this harness gives to executing background children
         (None: ``[agents] child_slots`` of the working directory's config, default 4; 0:
-        only ``keel worker``s execute them)."""
+        only ``keel worker``s execute them).
+
+        ``middleware``: `Middleware` objects, or names of ``keel.middleware`` entry
+        points, asked at the loop's lifecycle points of every run this harness executes
+        (children included), before the run's own ``.keel/hooks.toml``
+        (``keel.runtime.hooks``). ConfigError for an unknown entry point or two with
+        one name."""
         self.store: Store = store if not isinstance(store, str | None) else open_store(store)
         self._model = model
         self.tools = tools or default_registry()
@@ -148,6 +157,7 @@ class Harness:
         self._child_slots = child_slots
         self.delegation = Delegation(self)
         self.run_tools = RunTools(self.tools)  # each run's registry (keel.runtime.run_tools)
+        self.run_middleware = RunMiddleware(middleware)  # each run's chain (runtime.hooks)
 
     # --- starting ------------------------------------------------------------------------
 
@@ -401,6 +411,7 @@ class Harness:
             driving = recording(driving, Path(record), redaction)
         containment = self.containment(state)  # `required` without bubblewrap stops here
         registry = self.run_tools.for_run(state)  # MCP servers connect here, before the lease
+        chain = self.run_middleware.for_run(state)  # a broken hooks.toml stops here too
         claims = RunTaskClaims.for_run(self.store, run_id, heartbeat_ttl=self.lease_ttl)
         policy = read_policy_again(state) if state.last_seq > 1 else None
         taken: TakeOver | None = None
@@ -447,6 +458,7 @@ class Harness:
             secrets=secrets,
             on_delta=on_delta,
             delegation=self.delegation,
+            middleware=chain,
         )
         redaction.driver = driver
         try:
