@@ -134,7 +134,8 @@ def decision_from_json(value: Any) -> Decision:
         return Append(note=note)
     if kind in ("deny", "ask"):
         if not reason:
-            raise ConfigError(f"a {kind} decision needs a reason")
+            article = "an" if kind == "ask" else "a"
+            raise ConfigError(f"{article} {kind} decision needs a reason")
         return Deny(reason=reason) if kind == "deny" else Ask(reason=reason)
     raise ConfigError(
         f"unknown decision {kind!r}: one of continue, modify, short_circuit, append, deny, ask"
