@@ -49,7 +49,8 @@ class ContextKeeper:
         on_retry: Callable[[RetryNotice], None] | None = None,
     ) -> list[NewEvent]:
         """The events to commit before request ``step``: none when it fits (or nothing
-        can be dropped), the ``context_compacted`` event, or — when the continuation
+        can be dropped, or the continuation would be no smaller than the turns it
+        replaces), the ``context_compacted`` event, or — when the continuation
         would lose a fidelity item — the run's failure ``context_unfaithful: …``."""
         system = system_prompt(state)
         plan = plan_compaction(
@@ -62,13 +63,9 @@ class ContextKeeper:
         )
         if plan is None:
             return []
-        summary = (
-            _summary(model, plan, self.budget, step, on_retry)
-            if state.options.context_summary
-            else None
-        )
-        try:
-            event = compaction_event(
+
+        def event_with(summary: dict[str, Any] | None) -> NewEvent:
+            return compaction_event(
                 state,
                 transcript,
                 plan,
@@ -78,6 +75,13 @@ class ContextKeeper:
                 summary=summary,
                 scrub=self.scrub,
             )
+
+        try:
+            event = event_with(None)
+            if event.data["tokens_after"] >= plan.tokens_before:
+                return []  # the continuation outweighs the turns it replaces: no gain
+            if state.options.context_summary:  # asked only for a compaction that is made
+                event = event_with(_summary(model, plan, self.budget, step, on_retry))
         except ContextUnfaithful as exc:
             reason = f"context_unfaithful: {exc}"
             failed = transition(

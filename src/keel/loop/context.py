@@ -119,7 +119,9 @@ def plan_compaction(
     if transcript.holding:
         return None
     reason = "overflow" if overflow else "threshold"
-    cut = choose_cut(transcript.entries, budget.keep(reason))
+    cut = choose_cut(
+        transcript.entries, _keep(budget, reason, system, state.goal, transcript, specs_tokens)
+    )
     if cut is None:
         return None
     entries = list(transcript.entries)
@@ -134,6 +136,23 @@ def plan_compaction(
         kept_tokens=sum(entry.tokens for entry in entries[cut:]),
         tokens_before=before,
     )
+
+
+def _keep(
+    budget: ContextBudget,
+    reason: str,
+    system: str,
+    goal: str,
+    transcript: Transcript,
+    specs_tokens: int,
+) -> int:
+    """How much recent conversation to keep: the budget's share, but at most half of
+    the room the fixed parts and the continuation (as large as the previous one) leave
+    under the threshold — else, in a small context, the kept turns alone would bring
+    the next request back over it and every step would compact again."""
+    previous = message_tokens(transcript.continuation) if transcript.continuation else 0
+    room = budget.threshold - fixed_tokens(system, goal, specs_tokens) - previous
+    return min(budget.keep(reason), max(0, room // 2))
 
 
 def choose_cut(entries: Sequence[Entry], keep: int) -> int | None:
