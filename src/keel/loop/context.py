@@ -250,8 +250,9 @@ def continuation_text(
 ) -> str:
     """The continuation: what the dropped turns established, from the run's state."""
     lines = [
-        f"{CONTINUATION_HEAD} (events {plan.from_seq}-{plan.through_seq}: "
-        f"{len(plan.dropped)} messages, about {sum(e.tokens for e in plan.dropped)} tokens, "
+        # No event numbers: a resumed run's log has more events than a never-stopped
+        # one's, and the model sees the same text in both.
+        f"{CONTINUATION_HEAD} ({len(plan.dropped)} messages, about {sum(e.tokens for e in plan.dropped)} tokens, "
         f"before step {step + 1}; reason: {plan.reason}). What the run had established, "
         "from its record:",
         f"Goal: {state.goal}",
