@@ -144,6 +144,9 @@ class MiddlewareChain:
     points: frozenset[Point] = field(init=False)
     observer_errors: list[dict[str, Any]] = field(init=False)  # on_event failures to record
     _at: dict[Point, tuple[tuple[str, Middleware], ...]] = field(init=False)
+    _asks: dict[Point, tuple[tuple[str, Middleware, Callable[[Any], Any]], ...]] = field(
+        init=False
+    )
     _failed_observers: set[str] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -158,6 +161,10 @@ class MiddlewareChain:
             names.add(name)
         self._at = {
             p: tuple((middleware_name(m), m) for m in ordered if p in m.points()) for p in Point
+        }
+        self._asks = {
+            p: tuple((name, m, getattr(m, p.value)) for name, m in found)
+            for p, found in self._at.items()
         }
         self.points = frozenset(p for p, found in self._at.items() if found)
         self.observer_errors = []
@@ -184,8 +191,15 @@ class MiddlewareChain:
         beats it). A patch ``apply`` cannot apply, or a decision ``validate`` refuses, is
         the middleware's error (its ``on_error`` decides)."""
         records: list[dict[str, Any]] = []
-        for name, mw in self._at[point]:
-            decision, changed, error = _ask(mw, point, ctx, apply, validate)
+        for name, mw, asked in self._asks[point]:
+            failure: Exception | None = None
+            try:
+                answer = asked(ctx)
+            except Exception as exc:
+                answer, failure = None, exc
+            if failure is None and (answer is CONTINUE or type(answer) is Continue):
+                continue  # the common case: nothing to check or record
+            decision, changed, error = _judge(mw, point, ctx, apply, validate, answer, failure)
             if error is not None and mw.on_error == "open":
                 record = {"middleware": name, "point": point.value, "decision": "error"}
                 records.append({**record, "error": error, "failed": "open", **(where or {})})
@@ -227,17 +241,22 @@ def _order_key(item: tuple[int, Middleware]) -> tuple[int, int]:
     return (mw.order, position)
 
 
-def _ask(
+def _judge(
     mw: Middleware,
     point: Point,
     ctx: Any,
     apply: Callable[[Any, Mapping[str, Any]], Any] | None,
     validate: Callable[[Decision], object] | None,
+    answer: object,
+    failure: Exception | None,
 ) -> tuple[Decision, Any, str | None]:
-    """The middleware's decision and the context it leaves, or (failing) a deny naming
-    its error with the context unchanged."""
+    """The middleware's ``answer`` as a checked decision and the context it leaves, or
+    (when it raised, or answered what the point does not take) a deny naming the error
+    with the context unchanged."""
     try:
-        decision = check_decision(point, getattr(mw, point.value)(ctx))
+        if failure is not None:
+            raise failure
+        decision = check_decision(point, answer)
         if validate is not None:
             validate(decision)
         if isinstance(decision, Modify) and apply is not None:

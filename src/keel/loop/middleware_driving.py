@@ -37,7 +37,7 @@ from keel.loop.middleware import (
 from keel.loop.middleware_rules import with_notes
 from keel.loop.outcomes import note_event
 from keel.loop.turns import valid_turn
-from keel.models.base import ModelRequest, ModelTurn, TokenUsage, ToolCall
+from keel.models.base import ModelRequest, ModelTurn, TokenUsage, ToolCall, ToolSpec
 
 
 class MiddlewareDriving:
@@ -45,6 +45,7 @@ class MiddlewareDriving:
 
     def __init__(self, chain: MiddlewareChain) -> None:
         self.chain = chain
+        self._offered: tuple[tuple[ToolSpec, ...], tuple[str, ...]] = ((), ())
 
     @staticmethod
     def decided(records: Iterable[Mapping[str, Any]]) -> list[NewEvent]:
@@ -67,7 +68,7 @@ class MiddlewareDriving:
             state=state,
             step=step,
             messages=request.messages,
-            tools=tuple(spec.name for spec in request.tools),
+            tools=self._names(request.tools),
         )
         records = self.chain.consult(
             Point.BEFORE_MODEL,
@@ -84,6 +85,12 @@ class MiddlewareDriving:
                     "messages": [message_data(m) for m in as_messages(patch["messages"])],
                 }
         return self._events(records)
+
+    def _names(self, specs: tuple[ToolSpec, ...]) -> tuple[str, ...]:
+        """The offered tools' names (the same tuple step after step: made once)."""
+        if self._offered[0] is not specs:
+            self._offered = (specs, tuple(spec.name for spec in specs))
+        return self._offered[1]
 
     def apply_before_model(
         self, request: ModelRequest, decisions: Sequence[Mapping[str, Any]]
@@ -120,6 +127,8 @@ class MiddlewareDriving:
             apply=with_turn,
             validate=_valid_turn_patch,
         )
+        if not records:
+            return turn, []
         combined = combine(records)
         if combined.patch:
             changed = with_turn(ctx, combined.patch)
@@ -168,6 +177,8 @@ class MiddlewareDriving:
             records = self.chain.consult(
                 Point.AFTER_TOOL, ctx, where=where, apply=with_output, validate=_valid_output
             )
+        if not records and not action.notes:
+            return events, []
         combined = combine(records)
         shown = str(combined.patch.get("output", output))
         if combined.kind == "deny":

@@ -60,6 +60,8 @@ class Transcript:
 
     def __init__(self, events: Iterable[Event] = ()) -> None:
         self.entries: deque[Entry] = deque()
+        self._messages: list[Message] = []  # entries' messages, kept beside them: view()
+        # copies one list of references per step instead of walking every entry
         self.compaction: dict[str, Any] | None = None  # the latest context_compacted data
         self.continuation: Message | None = None
         self.tokens = 0  # of view(): the continuation and every entry
@@ -71,7 +73,7 @@ class Transcript:
     @property
     def messages(self) -> list[Message]:
         """The messages after the continuation, in order."""
-        return [entry.message for entry in self.entries]
+        return list(self._messages)
 
     @property
     def holding(self) -> bool:
@@ -107,6 +109,7 @@ class Transcript:
 
     def _append(self, entry: Entry) -> None:
         self.entries.append(entry)
+        self._messages.append(entry.message)
         self.tokens += entry.tokens
 
     def _compact(self, d: dict[str, Any]) -> None:
@@ -114,6 +117,7 @@ class Transcript:
         entries again happens once per compaction, never per step."""
         through = int(d["through_seq"])
         self.entries = deque(entry for entry in self.entries if entry.seq > through)
+        self._messages = [entry.message for entry in self.entries]
         self.compaction = d
         self.continuation = Message(role="user", content=str(d.get("text", "")))
         kept = sum(entry.tokens for entry in self.entries)
@@ -122,8 +126,9 @@ class Transcript:
     def view(self) -> list[Message]:
         """The continuation (after a compaction), then every message since; never
         starting with an orphaned tool result (compaction cuts only before a turn)."""
-        head = [self.continuation] if self.continuation is not None else []
-        return head + [entry.message for entry in self.entries]
+        if self.continuation is None:
+            return list(self._messages)
+        return [self.continuation, *self._messages]
 
     def __iter__(self) -> Iterator[Entry]:
         return iter(self.entries)
