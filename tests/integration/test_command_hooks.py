@@ -331,8 +331,7 @@ def installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (site / "keel_audit_mw.py").write_text(
         textwrap.dedent(
             """\
-            from keel.core.middleware import CONTINUE, Deny
-            from keel.loop.middleware import Middleware
+            from keel.middleware import CONTINUE, Deny, Middleware
 
             class Audit(Middleware):
                 def before_tool(self, ctx):
