@@ -441,3 +441,38 @@ def test_a_crashed_runs_recorded_decisions_are_replayed_by_its_resume(
         assert [c["ctx"]["step"] for c in asked] == [0, 1]
     records = [e.data for e in events if e.type is EventType.MIDDLEWARE_DECIDED]
     assert len(records) == len(asked)
+
+
+# --- children ---------------------------------------------------------------------------------
+
+
+def test_an_isolated_child_is_held_by_its_parent_workspaces_hooks(
+    tmp_path: Path, workspace: Path, log: Path
+) -> None:
+    from keel.testing.agents import RelayModel, write_agent  # noqa: PLC0415 - this test only
+
+    subprocess.run(["git", "init", "-q", str(workspace)], check=True)
+    program = hook(
+        workspace,
+        "deny",
+        'print(json.dumps({"decision": "deny", "reason": "children do not write"}))\n',
+    )
+    hooks_toml(workspace, entry("nowrite", "before_tool", program, tools=["write_file"]))
+    child_script = [{"tool_calls": [WRITE]}, DONE]
+    write_agent(workspace, "editor", script=child_script, tools=["write_file", "read_file"])
+    spawn = {"name": "agent_spawn", "arguments": {"agent": "editor", "task": "edit"}}
+    with Harness(
+        store=f"sqlite:///{tmp_path / 'keel.db'}", model=RelayModel([{"tool_calls": [spawn]}, DONE])
+    ) as h:
+        run = h.run("delegate", cwd=workspace)
+        (child,) = h.store.child_runs(run.id)
+        child_events = list(h.store.read_events(child.run_id))
+    assert child.options.workspace_kind == "isolated"
+    denied = [
+        e.data
+        for e in child_events
+        if e.type is EventType.TOOL_FAILED and e.data["tool"] == "write_file"
+    ]
+    assert denied and denied[0]["error_kind"] == "middleware_denied"
+    assert "children do not write" in denied[0]["message"]
+    assert [c["ctx"]["run_id"] for c in logged(log)] == [child.run_id]
