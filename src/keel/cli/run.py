@@ -33,6 +33,7 @@ from keel.core.events import Event, EventType
 from keel.core.state import RunState
 from keel.core.status import RunStatus
 from keel.core.text import terminal_safe
+from keel.models.context_sizes import check_context_tokens
 from keel.runtime.harness import Harness, RunOutcome
 
 
@@ -99,6 +100,19 @@ def run_command(
         help="Follow this agent spec (.keel/agents/NAME.md or a built-in): its instructions, "
         "tools, output schema, and its budget unless a budget option is given.",
     ),
+    context_tokens: int | None = typer.Option(
+        None,
+        "--context-tokens",
+        help="The model's context size in tokens (1000 or more; default: the known size of "
+        "the model, else 128000). Older turns are compacted into a continuation before a "
+        "request would pass it.",
+    ),
+    context_summary: bool = typer.Option(
+        False,
+        "--context-summary",
+        help="A compaction also asks the model to summarise the turns it drops (a model "
+        "call of its own, counted in the run's usage).",
+    ),
     json_out: bool = JsonOption,
     store: str | None = StoreOption,
 ) -> None:
@@ -122,7 +136,7 @@ def run_command(
         max_cost=max_cost,
         max_wall_seconds=timeout,
     )
-    check_run_options(budget, approval_timeout)  # before the store is even opened
+    check_run_options(budget, approval_timeout, context_tokens)  # before the store is opened
     harness = Harness(store=store_url(store), model=model)
     state = harness.create(
         task,
@@ -140,6 +154,8 @@ def run_command(
         workspace_git=workspace_git,
         agent=agent,
         tools=tools.split(",") if tools is not None else None,
+        context_tokens=context_tokens,
+        context_summary=context_summary,
     )
     if json_out:
         print_json({"run_id": state.run_id, "status": state.status.value})
@@ -168,10 +184,13 @@ def _budget_given(context: typer.Context) -> bool:
     )
 
 
-def check_run_options(budget: Budget, approval_timeout: float | None) -> None:
+def check_run_options(
+    budget: Budget, approval_timeout: float | None, context_tokens: int | None = None
+) -> None:
     """ConfigError (exit 2, one line) naming the first option out of its accepted range."""
     check_budget(budget, RUN_OPTION_NAMES)
     check_seconds("--approval-timeout", approval_timeout)
+    check_context_tokens("--context-tokens", context_tokens)
 
 
 def _warn_unconfined(harness: Harness, state: RunState) -> None:

@@ -85,6 +85,8 @@ def check_context_tokens(label: str, value: object) -> None:
 __all__ = [
     "BUILTIN_CONTEXT_TOKENS",
     "DEFAULT_CONTEXT_TOKENS",
+    "MAX_CONTEXT_TOKENS",
+    "MIN_CONTEXT_TOKENS",
     "check_context_tokens",
     "context_tokens_of",
 ]

@@ -26,6 +26,7 @@ from keel.core.errors import ConfigError, NotFound, UsageError
 from keel.core.records import RunOptions
 from keel.core.state import RunState
 from keel.core.status import RunStatus
+from keel.models.context_sizes import MAX_CONTEXT_TOKENS, MIN_CONTEXT_TOKENS
 from keel.models.profiles import profile_for
 from keel.models.resolve import ACCEPTED_FORMS
 from keel.runtime import decisions, steering
@@ -106,6 +107,20 @@ class RunIn(_Body):
         "built-in): its instructions, tools, output schema and budget; mode never wider "
         "than `mode`.",
     )
+    context_tokens: int | None = Field(
+        None,
+        ge=MIN_CONTEXT_TOKENS,
+        le=MAX_CONTEXT_TOKENS,
+        strict=True,
+        description="The model's context size in tokens; older turns are compacted into a "
+        "continuation before a request would pass it. Default: the known size of the "
+        "model, else 128000.",
+    )
+    context_summary: bool = Field(
+        False,
+        strict=True,
+        description="A compaction also asks the model to summarise the turns it drops.",
+    )
 
 
 class ApproveIn(_Body):
@@ -165,6 +180,8 @@ def submit_run(
             budget=body.budget.budget() if body.budget is not None else None,
             agent=body.agent,
             tools=body.tools,
+            context_tokens=body.context_tokens,
+            context_summary=body.context_summary,
             verify=body.verify,
             mode=body.mode,
             model=model,

@@ -41,6 +41,8 @@ def run_view(state: RunState) -> dict[str, Any]:
         "tools": None if options.tools is None else list(options.tools),
         "agent": (options.agent or {}).get("name"),
         "budget": budget_view(options.budget),
+        "context_tokens": options.context_tokens,
+        "context_summary": options.context_summary,
         "usage": usage_view(state.usage),
         "todos": [{"content": t.content, "status": t.status} for t in state.todos],
         "plan": state.plan,
