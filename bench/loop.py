@@ -23,7 +23,16 @@ LangGraph: open saver, ``get_state``), and for Keel the whole resume of a run wa
 for an answer (lease, rebuild, one more step to completion) — interpreter start and
 imports excluded.
 
-    .venv/bin/python bench/loop.py [--sizes 50,200,1000] [--no-langgraph]
+Context build (``context_build``): for a Keel run of ``--context-events`` events (10,000)
+in a small context (``context_tokens`` 4,000, so it holds many ``context_compacted``
+events), the median over ``CONTEXT_REPEAT`` repetitions of what a resumed process does
+before its first request — rebuild the transcript from the log back to the latest
+compaction (``recent_transcript``), build the request's messages (``build_messages``) and
+check whether it must compact (``plan_compaction``) — and of what a running driver does
+before every request (the last two only). Target: at most 10 ms.
+
+    .venv/bin/python bench/loop.py [--sizes 50,200,1000] [--no-langgraph] [--context-events N]
+    .venv/bin/python bench/loop.py --context-only   # the context build alone
 
 Prints one JSON object.
 """
@@ -47,6 +56,10 @@ from typing import Annotated, Any, TypedDict
 from keel.core.budget import Budget
 from keel.core.events import Event, EventType
 from keel.core.state import RunState
+from keel.loop.catalog import offered_specs
+from keel.loop.context import ContextBudget, plan_compaction
+from keel.loop.prepare import build_messages, system_prompt
+from keel.loop.token_estimate import specs_tokens
 from keel.loop.transcript import recent_transcript
 from keel.models.base import ModelRequest, ModelTurn, TokenUsage, ToolCall
 from keel.runtime.harness import Harness
@@ -66,6 +79,8 @@ except ImportError:  # pragma: no cover
     DeltaChannel = None
 
 WINDOW = 50  # steps averaged at the start and the end of a run
+CONTEXT_TOKENS = 4_000  # the context of the context-build run: it compacts often
+CONTEXT_REPEAT = 101  # repetitions of the context build (the median is reported)
 NO_USAGE = TokenUsage(input_tokens=0, output_tokens=0)
 
 
@@ -204,6 +219,61 @@ def keel_resume_child(db: str, run_id: str, steps: int) -> dict[str, float]:
     }
 
 
+def keel_context_build(events: int, folder: Path) -> dict[str, Any]:
+    """Median ms to build the next request's context for a run of ``events`` events."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "keel-context.db"
+    per_step = 3  # model_requested, model_responded, tool_finished (a read: no tool_started)
+    steps = events // per_step
+    registry = bench_registry()
+    with Harness(store=f"sqlite:///{path}", model=StepModel(steps), tools=registry) as harness:
+        budget = Budget(max_steps=2 * steps + 10, max_tool_calls=2 * steps + 10)
+        outcome = harness.run("benchmark", cwd=folder, budget=budget, context_tokens=CONTEXT_TOKENS)
+        assert outcome.status.value == "completed", outcome.stop_reason
+        run_id = outcome.id
+    store = open_store(f"sqlite:///{path}")
+    try:
+        state = store.load_run(run_id)
+        assert state.last_seq >= events, state.last_seq
+        compactions = sum(
+            1 for e in store.read_events(run_id) if e.type is EventType.CONTEXT_COMPACTED
+        )
+        tools = specs_tokens(offered_specs(registry))
+        context = ContextBudget.of(state.options)
+
+        def build(transcript: Any) -> None:
+            system = system_prompt(state)
+            build_messages(state, transcript, system=system)
+            plan_compaction(state, transcript, system=system, specs_tokens=tools, budget=context)
+
+        rebuild: list[float] = []
+        live: list[float] = []
+        for _ in range(CONTEXT_REPEAT):
+            t0 = time.perf_counter()
+            transcript = recent_transcript(store, state)
+            build(transcript)
+            t1 = time.perf_counter()
+            build(transcript)
+            t2 = time.perf_counter()
+            rebuild.append(t1 - t0)
+            live.append(t2 - t1)
+    finally:
+        store.close()
+    return {
+        "events": state.last_seq,
+        "compactions": compactions,
+        "context_tokens": CONTEXT_TOKENS,
+        "rebuild_and_build_ms": round(_median(rebuild) * 1000, 3),
+        "build_per_step_ms": round(_median(live) * 1000, 3),
+        "target_ms": 10,
+    }
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
+
+
 # --- LangGraph -----------------------------------------------------------------------------
 
 
@@ -319,10 +389,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--sizes", default="50,200,1000")
     parser.add_argument("--no-langgraph", action="store_true")
     parser.add_argument("--repeat", type=int, default=3, help="Keel runs per N (best is kept)")
+    parser.add_argument("--context-events", type=int, default=10_000)
+    parser.add_argument("--context-only", action="store_true", help="only the context build")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(CHILDREN[args.child[0]](*args.child[1:])))
+        return
+    if args.context_only:
+        with tempfile.TemporaryDirectory(prefix="keel-bench-context-") as tmp:
+            figure = keel_context_build(args.context_events, Path(tmp))
+        print(json.dumps({"keel": {"context_build": figure}}, indent=2))
         return
     sizes = [int(s) for s in args.sizes.split(",")]
     largest = max(sizes)
@@ -349,6 +426,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         }
         small, big = keel[str(min(sizes))], keel[str(largest)]
         keel["growth_largest_vs_smallest"] = round(big["ms_per_step"] / small["ms_per_step"], 2)
+        keel["context_build"] = keel_context_build(args.context_events, folder / "context")
         report["keel"] = keel
 
         if not args.no_langgraph and StateGraph is None:

@@ -19,7 +19,7 @@ from typing import Any
 from keel.core.budget import Budget
 from keel.core.events import EventType
 from keel.core.status import RunStatus
-from keel.loop.transcript import Transcript, recent_transcript
+from keel.loop.transcript import TRANSCRIPT_TAIL_EVENTS, Transcript, recent_transcript
 from keel.models.base import ModelRequest
 from keel.runtime.harness import Harness
 from keel.store.url import open_store
@@ -162,3 +162,31 @@ def test_a_run_waiting_for_an_answer_rebuilds_its_view_from_the_latest_compactio
     sent = Transcript(e for e in second_events if e.seq < asked)
     assert list(request.messages[2:]) == sent.view()  # system, goal, then the view
     assert sent.compaction is not None and sent.compaction["step"] == 151
+
+
+def test_a_kept_part_longer_than_the_first_window_is_read_back_whole(tmp_path: Path) -> None:
+    """The latest compaction lies before the last TRANSCRIPT_TAIL_EVENTS events: the
+    events between it and that window are read as well, and the view is the fold's."""
+    (tmp_path / "a.txt").write_text("hi\n")
+    turns: list[dict[str, Any]] = [
+        {"tool_calls": [{"name": "read_file", "arguments": {"path": "a.txt", "limit": i + 1}}]}
+        for i in range(700)
+    ]
+    turns.append({"content": "done"})
+    url = f"sqlite:///{tmp_path / 'keel.db'}"
+    with Harness(store=url, model=ScriptedModel(turns)) as harness:
+        outcome = harness.run(
+            "read a lot",
+            cwd=tmp_path,
+            budget=Budget(max_steps=800, max_tool_calls=800),
+            context_tokens=20_000,
+        )
+    assert outcome.status is RunStatus.COMPLETED, outcome.stop_reason
+    with open_store(url) as store:
+        state = store.load_run(outcome.id)
+        events = list(store.read_events(outcome.id))
+        rebuilt = recent_transcript(store, state)
+    latest = [e for e in events if e.type is EventType.CONTEXT_COMPACTED][-1]
+    assert latest.data["through_seq"] < state.last_seq - TRANSCRIPT_TAIL_EVENTS
+    whole = Transcript(events)
+    assert rebuilt.view() == whole.view() and rebuilt.tokens == whole.tokens

@@ -252,9 +252,9 @@ def continuation_text(
     lines = [
         # No event numbers: a resumed run's log has more events than a never-stopped
         # one's, and the model sees the same text in both.
-        f"{CONTINUATION_HEAD} ({len(plan.dropped)} messages, about {sum(e.tokens for e in plan.dropped)} tokens, "
-        f"before step {step + 1}; reason: {plan.reason}). What the run had established, "
-        "from its record:",
+        f"{CONTINUATION_HEAD} ({len(plan.dropped)} messages, "
+        f"about {sum(e.tokens for e in plan.dropped)} tokens, before step {step + 1}; "
+        f"reason: {plan.reason}). What the run had established, from its record:",
         f"Goal: {state.goal}",
         f"Mode: {MODE_TEXT.get(state.mode, state.mode)}",
     ]

@@ -236,8 +236,9 @@ def recent_transcript(store: Store, state: RunState) -> Transcript:
         latest = next((e for e in reversed(events) if e.type is EventType.CONTEXT_COMPACTED), None)
         if latest is not None:
             through = int(latest.data["through_seq"])
-            if through < after:  # the kept part starts before this window
-                events = list(store.read_events(state.run_id, after=through))
+            if through < after:  # the kept part starts before this window: read just that
+                earlier = store.read_events(state.run_id, after=through, limit=after - through)
+                events = [*earlier, *events]
             return Transcript(e for e in events if e.seq > through)
         if after == 0:
             return Transcript(events)
