@@ -144,9 +144,7 @@ class MiddlewareChain:
     points: frozenset[Point] = field(init=False)
     observer_errors: list[dict[str, Any]] = field(init=False)  # on_event failures to record
     _at: dict[Point, tuple[tuple[str, Middleware], ...]] = field(init=False)
-    _asks: dict[Point, tuple[tuple[str, Middleware, Callable[[Any], Any]], ...]] = field(
-        init=False
-    )
+    _asks: dict[Point, tuple[tuple[str, Middleware, Callable[[Any], Any]], ...]] = field(init=False)
     _failed_observers: set[str] = field(init=False)
 
     def __post_init__(self) -> None:
