@@ -12,6 +12,7 @@ asked again by a resume. A continuation that would lose the last error fails the
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from keel.core.status import RunStatus
 from keel.loop.context import CONTINUATION_HEAD, ContextBudget
 from keel.loop.token_estimate import messages_tokens, specs_tokens
 from keel.models.base import ModelRequest, ModelTurn, TokenUsage, ToolCall
+from keel.models.cassette import ReplayModel
 from keel.models.resolve import resolve_model
 from keel.runtime.harness import Harness
 from keel.testing import FakeProvider, ScriptedModel
@@ -344,3 +346,31 @@ def test_a_second_overflow_right_after_the_compaction_fails_the_run_without_a_lo
     (compacted,) = of_type(events, EventType.CONTEXT_COMPACTED)
     assert compacted.data["reason"] == "overflow"
     assert provider.pending == 1  # the reply after the second overflow was never asked for
+
+
+def test_a_run_with_summaries_records_and_replays_them_apart_from_its_turns(
+    tmp_path: Path, workspace: Path
+) -> None:
+    """A summary is asked at the same step as the turn after it; the cassette keeps the
+    two (``purpose``), so a replay plays both and the run is the recorded one."""
+    cassette = tmp_path / "run.cassette"
+    options: dict[str, Any] = {
+        "budget": Budget(max_steps=100, max_tool_calls=100),
+        "tools": TOOLS,
+        "context_tokens": CONTEXT,
+        "context_summary": True,
+    }
+    with Harness(store=f"sqlite:///{tmp_path / 'a.db'}", model=ScriptedModel(long_script(60))) as h:
+        first = h.run(GOAL, cwd=workspace, record=cassette, **options)
+        recorded = [e.data for e in h.events(first.id) if e.type is EventType.CONTEXT_COMPACTED]
+    assert first.status is RunStatus.COMPLETED, first.stop_reason
+    assert recorded and all(d["summary"]["text"] for d in recorded)
+    lines = [json.loads(line) for line in cassette.read_text().splitlines()[1:]]
+    assert sum(line.get("purpose") == "summary" for line in lines) == len(recorded)
+
+    replay = ReplayModel.from_file(cassette)
+    with Harness(store=f"sqlite:///{tmp_path / 'b.db'}", model=replay) as h:
+        second = h.run(GOAL, cwd=workspace, **options)
+        replayed = [e.data for e in h.events(second.id) if e.type is EventType.CONTEXT_COMPACTED]
+    assert second.status is RunStatus.COMPLETED, second.stop_reason
+    assert [d["text"] for d in replayed] == [d["text"] for d in recorded]

@@ -102,7 +102,11 @@ def _summary(
     tools); a model error leaves the summary empty with the error, and the
     continuation stands on the run's state alone."""
     request = ModelRequest(
-        messages=summary_messages(plan, budget), tools=(), step=step, on_retry=on_retry
+        messages=summary_messages(plan, budget),
+        tools=(),
+        step=step,
+        on_retry=on_retry,
+        purpose="summary",
     )
     try:
         turn = model.complete(request)

@@ -171,7 +171,10 @@ class ModelRequest:
     turn `step`, so a resumed run continues where it stopped. `on_retry` is called before
     each retry of a transient failure, so the loop can record it. `on_delta`, when set,
     receives a streaming model's pieces as they arrive (for a live view); it must be
-    quick and must not raise.
+    quick and must not raise. `purpose` is ``"turn"`` for the run's next turn and
+    ``"summary"`` for a compaction's summary of dropped turns (``keel.loop.compaction``),
+    asked at the same step: a cassette keeps the two apart and a scripted model answers a
+    summary without spending a turn of its script.
     """
 
     messages: tuple[Message, ...]
@@ -179,6 +182,7 @@ class ModelRequest:
     step: int
     on_retry: Callable[[RetryNotice], None] | None = None
     on_delta: Callable[[StreamDelta], None] | None = None
+    purpose: str = "turn"
 
 
 class Model(Protocol):

@@ -8,7 +8,9 @@ then one line per model call, in the order they happened::
 
     {"step": 0, "request_digest": "<sha256>", "request": {...}, "turn": {...}}
 
-``step`` is `ModelRequest.step` (0-based: how many turns the run had before this call);
+``step`` is `ModelRequest.step` (0-based: how many turns the run had before this call;
+an exchange whose `ModelRequest.purpose` is not ``turn`` — a compaction's summary — also
+has ``"purpose": "summary"``, and is played back only for a request of that purpose);
 messages and events say "step N" counting from 1, as ``model_requested`` does. The
 ``request`` is the canonical request (`canonical_request`): messages with role, content,
 tool calls, tool-call id and reasoning, and tools with name, description and parameters;
@@ -83,6 +85,9 @@ Redact = Callable[[str], str]
 WORKSPACE_PLACEHOLDER = "<workspace>"
 _WORKSPACE_LINE = re.compile(r"^Workspace: (.+)$", re.MULTILINE)
 _WALL_TIME_LEFT = re.compile(r"^(Budget left: .*?wall time )[0-9.]+", re.MULTILINE)
+
+
+PURPOSES = ("turn", "summary")
 
 
 def canonical_request(request: ModelRequest) -> dict[str, Any]:
@@ -199,6 +204,7 @@ class RecordingModel:
         canonical = _redacted(canonical_request(request), self._redact)
         exchange = {
             "step": request.step,
+            **({"purpose": request.purpose} if request.purpose != "turn" else {}),
             "request_digest": request_digest(canonical),
             "request": canonical,
             "turn": _redacted(turn_json(turn), self._redact),
@@ -292,10 +298,16 @@ class ReplayModel:
     priced = True
 
     def __init__(
-        self, exchanges: Mapping[int, tuple[str, dict[str, Any], ModelTurn]], *, spec: str
+        self,
+        exchanges: Mapping[tuple[int, str], tuple[str, dict[str, Any], ModelTurn]],
+        *,
+        spec: str,
     ) -> None:
+        """``exchanges`` by (step, purpose): digest, canonical request, turn."""
         self.spec = spec
-        self._exchanges = dict(exchanges)
+        self._exchanges: dict[tuple[int, str], tuple[str, dict[str, Any], ModelTurn]] = dict(
+            exchanges
+        )
 
     @classmethod
     def from_file(cls, path: Path, spec: str | None = None) -> ReplayModel:
@@ -313,31 +325,32 @@ class ReplayModel:
         if not data.strip():
             raise ConfigError(f"{path} is empty: not a keel cassette")
         _header(path, lines[0])
-        exchanges: dict[int, tuple[str, dict[str, Any], ModelTurn]] = {}
+        exchanges: dict[tuple[int, str], tuple[str, dict[str, Any], ModelTurn]] = {}
         for number, raw in enumerate(lines[1:], start=2):
             if not raw.strip():
                 continue
             last = number == len(lines)
             try:
-                step, digest, request, turn = _exchange(path, number, raw)
+                step, purpose, digest, request, turn = _exchange(path, number, raw)
             except ConfigError:
                 if last and torn:
                     break
                 raise
-            exchanges[step] = (digest, request, turn)  # the last one for a step wins
+            exchanges[step, purpose] = (digest, request, turn)  # the last one for a step wins
         return cls(exchanges, spec=spec or f"replay:{path}")
 
     @property
     def steps(self) -> int:
-        """How many steps the cassette recorded."""
-        return len(self._exchanges)
+        """How many steps the cassette recorded (turns; summaries are not steps)."""
+        return sum(1 for _, purpose in self._exchanges if purpose == "turn")
 
     def complete(self, request: ModelRequest) -> ModelTurn:
         shown = request.step + 1
-        recorded = self._exchanges.get(request.step)
+        recorded = self._exchanges.get((request.step, request.purpose))
         if recorded is None:
+            what = "exchange" if request.purpose == "turn" else f"{request.purpose} exchange"
             raise ModelError(
-                f"the cassette has no exchange for step {shown} (it recorded {self.steps})",
+                f"the cassette has no {what} for step {shown} (it recorded {self.steps})",
                 transient=False,
                 reason="model_error",
             )
@@ -373,7 +386,9 @@ def _header(path: Path, raw: bytes) -> dict[str, Any]:
     return header
 
 
-def _exchange(path: Path, number: int, raw: bytes) -> tuple[int, str, dict[str, Any], ModelTurn]:
+def _exchange(
+    path: Path, number: int, raw: bytes
+) -> tuple[int, str, str, dict[str, Any], ModelTurn]:
     where = f"{path} line {number}"
     try:
         data = json.loads(raw)
@@ -386,13 +401,16 @@ def _exchange(path: Path, number: int, raw: bytes) -> tuple[int, str, dict[str, 
     step, digest, request = data["step"], data["request_digest"], data["request"]
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise ConfigError(f"{where}: step must be a whole number, 0 or more, got {step!r}")
+    purpose = data.get("purpose", "turn")
+    if purpose not in PURPOSES:
+        raise ConfigError(f"{where}: purpose is one of {', '.join(PURPOSES)}, got {purpose!r}")
     if not _request_shape(request):
         raise ConfigError(f"{where}: request must hold lists of messages and tools")
     if digest != request_digest(request):
         raise ConfigError(
             f"{where}: request_digest does not match the recorded request (was the line edited?)"
         )
-    return step, digest, request, _turn(where, data["turn"])
+    return step, purpose, digest, request, _turn(where, data["turn"])
 
 
 def _request_shape(request: Any) -> bool:

@@ -49,6 +49,17 @@ _TURN_KEYS = frozenset(
         "refusal",
     }
 )
+# What a scripted model answers when a compaction asks it to summarise (its script holds
+# only the run's turns): a fixed text, free, so a scripted run with --context-summary
+# plays the same turns as one without.
+SCRIPTED_SUMMARY = ModelTurn(
+    content="(a scripted model's summary: the turns above were compacted)",
+    tool_calls=(),
+    usage=TokenUsage(input_tokens=0, output_tokens=0),
+    cost=0.0,
+    model="scripted",
+)
+
 _USAGE_KEYS = ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens")
 _FINISH_REASONS: tuple[str, ...] = get_args(FinishReason)
 _CALL_KEYS = frozenset({"name", "arguments", "id"})
@@ -93,6 +104,8 @@ class ScriptedModel:
 
     def complete(self, request: ModelRequest) -> ModelTurn:
         self.requests.append(request)
+        if request.purpose == "summary":  # a compaction's summary is not a turn of the script
+            return SCRIPTED_SUMMARY
         if not 0 <= request.step < len(self._turns):
             raise ModelError(
                 f"scripted model has no turn {request.step} (script has {len(self._turns)})",
