@@ -360,7 +360,7 @@ def test_a_run_with_summaries_records_and_replays_them_apart_from_its_turns(
         "context_tokens": CONTEXT,
         "context_summary": True,
     }
-    with Harness(store=f"sqlite:///{tmp_path / 'a.db'}", model=ScriptedModel(long_script(60))) as h:
+    with Harness(store=f"sqlite:///{tmp_path / 'a.db'}", model=ScriptedModel(long_script(30))) as h:
         first = h.run(GOAL, cwd=workspace, record=cassette, **options)
         recorded = [e.data for e in h.events(first.id) if e.type is EventType.CONTEXT_COMPACTED]
     assert first.status is RunStatus.COMPLETED, first.stop_reason
