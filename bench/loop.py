@@ -33,6 +33,7 @@ before every request (the last two only). Target: at most 10 ms.
 
     .venv/bin/python bench/loop.py [--sizes 50,200,1000] [--no-langgraph] [--context-events N]
     .venv/bin/python bench/loop.py --context-only   # the context build alone
+    .venv/bin/python bench/loop.py --middleware-only   # 5 no-op middleware against none
 
 Prints one JSON object.
 """
@@ -380,6 +381,13 @@ def in_fresh_process(*args: str) -> dict[str, Any]:
     return answer
 
 
+def middleware_overhead() -> dict[str, Any]:
+    """5 no-op middleware against none (bench/loop_middleware.py, beside this file)."""
+    from loop_middleware import measure  # noqa: PLC0415 - it imports this module
+
+    return measure()
+
+
 def ratio(a: float, b: float) -> float:
     return round(a / b, 1) if b else float("inf")
 
@@ -391,6 +399,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--repeat", type=int, default=3, help="Keel runs per N (best is kept)")
     parser.add_argument("--context-events", type=int, default=10_000)
     parser.add_argument("--context-only", action="store_true", help="only the context build")
+    parser.add_argument(
+        "--middleware-only", action="store_true", help="only 5 no-op middleware against none"
+    )
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -400,6 +411,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         with tempfile.TemporaryDirectory(prefix="keel-bench-context-") as tmp:
             figure = keel_context_build(args.context_events, Path(tmp))
         print(json.dumps({"keel": {"context_build": figure}}, indent=2))
+        return
+    if args.middleware_only:
+        print(json.dumps({"keel": {"middleware": middleware_overhead()}}, indent=2))
         return
     sizes = [int(s) for s in args.sizes.split(",")]
     largest = max(sizes)
@@ -420,6 +434,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 "keel", str(folder / f"keel-{largest}.db"), waiting_id, str(largest)
             ),
         }
+        keel["middleware"] = middleware_overhead()
         keel["synchronous_full"] = {
             str(n): keel_run(n, folder / "full", query="?synchronous=full")[0]["ms_per_step"]
             for n in sizes

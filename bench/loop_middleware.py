@@ -6,7 +6,11 @@ at every point of every step and nothing is recorded: the figure is the cost of 
 asking itself. Runs with and without alternate (ABAB...) so drift on a shared machine
 hits both alike; the report gives each side's median and best ms per step, by the
 wall clock and by CPU time (steadier when the machine is shared), and the added
-microseconds per step (median against median, best against best).
+microseconds per step (median against median, best against best). A whole step costs
+about 0.5 ms and varies run to run by more than the middleware add, so the report also
+times the asking alone (``chain_only_cpu_us_per_step``): the driver's five middleware
+calls of one step with a real step's state, request, turn, call and events, 20,000
+times, no store or model.
 
     .venv/bin/python bench/loop_middleware.py [--steps 1000] [--repeat 7]
 """
@@ -27,14 +31,20 @@ from loop import StepModel, bench_registry  # bench/loop.py, beside this script
 from keel.core.budget import Budget
 from keel.core.events import Event
 from keel.core.middleware import CONTINUE, Decision
+from keel.loop.actions import RunTool
+from keel.loop.catalog import offered_specs
 from keel.loop.middleware import (
     CompletionContext,
     Middleware,
+    MiddlewareChain,
     ModelContext,
     ToolCallContext,
     ToolResultContext,
     TurnContext,
 )
+from keel.loop.middleware_driving import MiddlewareDriving
+from keel.loop.outcomes import call_finished
+from keel.models.base import ModelRequest, ModelTurn, TokenUsage, ToolCall
 from keel.runtime.harness import Harness
 
 
@@ -112,7 +122,50 @@ def measure(steps: int = 1000, repeat: int = 7) -> dict[str, Any]:
                 "best": round((min(five) - min(none)) * 1000, 1),
             },
         }
+    # With no middleware the driver makes none of these calls (no point is asked), so
+    # the asking's whole cost is what the five add.
+    report["chain_only_cpu_us_per_step"] = {
+        "five_noop": statistics.median(round(chain_us_per_step(5), 2) for _ in range(5))
+    }
     return report
+
+
+def chain_us_per_step(middleware: int, steps: int = 20_000) -> float:
+    """CPU microseconds the driver spends asking ``middleware`` no-op middleware in one
+    step — before_model, after_model, before_tool, after_tool and on_event for the
+    step's three events — with the objects a real step has; no store, no model."""
+    with tempfile.TemporaryDirectory(prefix="keel-bench-mw-") as tmp:
+        folder = Path(tmp)
+        with Harness(
+            store=f"sqlite:///{folder / 'keel.db'}", model=StepModel(3), tools=bench_registry()
+        ) as harness:
+            outcome = harness.run("benchmark", cwd=folder)
+            events = list(harness.events(outcome.id))[-3:]
+    state = outcome.state
+    asking = MiddlewareDriving(MiddlewareChain([NoOp(i) for i in range(middleware)]))
+    request = ModelRequest(messages=(), tools=offered_specs(bench_registry()), step=1)
+    call = ToolCall(id="call_1", name="noop", arguments='{"i": 1}')
+    turn = ModelTurn(
+        content=None,
+        tool_calls=(call,),
+        usage=TokenUsage(input_tokens=0, output_tokens=0),
+        cost=0.0,
+        model="b",
+    )
+    action = RunTool(
+        call_id="call_1", tool="noop", arguments={"i": 1}, effect="read", recovery="replay_safe"
+    )
+    finished = call_finished(action, "ok 1", {}, 0.0, {})
+    chain = asking.chain
+    started = time.process_time()
+    for _ in range(steps):
+        asking.before_model(state, request)
+        asking.after_model(state, 2, turn)
+        asking.before_tool(state, action)
+        asking.after_tool(state, action, list(finished), {})
+        for event in events:
+            chain.observe(event)
+    return (time.process_time() - started) / steps * 1e6
 
 
 def _r(ms: float) -> float:
