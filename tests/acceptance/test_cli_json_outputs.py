@@ -88,7 +88,14 @@ def test_every_json_command_prints_strict_json(ws: KeelWorkspace) -> None:
     keel = JsonKeel(ws)
     write = call("write_file", path="notes.txt", content="n\n")
 
-    printed = keel("run", "take notes", "--model", ws.script(turn(write), DONE))
+    printed = keel(
+        "run",
+        "take notes",
+        "--model",
+        ws.script(turn(write), DONE),
+        "--verify",
+        "notes=test -f notes.txt",
+    )
     run_id = printed[0]["run_id"]
     assert printed[-1]["status"] == "completed"
     asking = ws.script(turn(call("write_file", path="b.txt", content="b\n")), DONE)
@@ -96,7 +103,10 @@ def test_every_json_command_prints_strict_json(ws: KeelWorkspace) -> None:
     expect(ws.keel("approve", waiting), 0)
     assert keel("resume", waiting)[-1]["status"] == "completed"
     assert {r["run_id"] for r in keel("runs")[0]} == {run_id, waiting}
-    assert keel("show", run_id)[0]["status"] == "completed"
+    shown_run = keel("show", run_id)[0]
+    assert shown_run["status"] == "completed"
+    opened = keel("artifact", shown_run["evidence"]["notes"])[0]
+    assert opened["text"].startswith("$ test -f notes.txt")
     assert [e["seq"] for e in keel("events", run_id)][:2] == [1, 2]
     keel("verify", run_id)
     queued = keel("run", "later", "--model", ws.script(DONE), "--detach")[0]["run_id"]

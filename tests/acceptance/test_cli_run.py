@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -108,7 +109,7 @@ def test_run_prints_the_run_id_first_and_exits_0_when_verified(cli: Cli) -> None
     run_id = first_line(proc.stdout)
     assert run_id.startswith("run_")
     assert f"run {run_id}: completed (verified)" in proc.stdout
-    assert "evidence: artifact:" in proc.stdout
+    assert re.search(r"evidence \S.*: artifact:art_\w+  \(keel artifact art_\w+\)", proc.stdout)
     assert (cli.workspace / "a.txt").read_text() == "bye\n"
     state = cli.state(run_id)
     assert state.status is RunStatus.COMPLETED

@@ -69,7 +69,7 @@ def test_demo_completes_offline_with_verifier_evidence_in_the_default_store(
         # Evidence: each verifier's output and the diff, as stored artifacts.
         evidence = {}
         assert state.result is not None
-        for ref in state.result["evidence"]:
+        for ref in state.result["evidence"].values():
             artifact, content = store.get_artifact(ref.removeprefix("artifact:"))
             evidence[artifact.name] = content.decode()
         assert "Ran 5 tests" in evidence["verify-1.log"] and "OK" in evidence["verify-1.log"]

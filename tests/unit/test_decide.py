@@ -463,8 +463,10 @@ def test_a_passing_verification_completes_with_evidence_references() -> None:
     run.add(*after_verification(run.state, [verifier("pytest -q", 0, True)], elapsed_s=0.1))
     assert run.state.status is RunStatus.COMPLETED
     assert run.state.result is not None
-    assert run.state.result["evidence"] == ["artifact:art_1"]
+    assert run.state.result["evidence"] == {"pytest -q": "artifact:art_1"}  # by name
     assert run.state.result["summary"] == "done"
+    assert run.state.result["outcome"] == "task_completed"
+    assert run.state.result["remaining_actions"] == []
 
 
 def test_an_edit_after_a_passing_verification_makes_it_stale() -> None:

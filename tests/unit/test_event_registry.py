@@ -47,6 +47,9 @@ PINNED = {
     "MESSAGE_RECEIVED": "message_received",
     "FOLLOW_UP_CREATED": "follow_up_created",
     "MIDDLEWARE_DECIDED": "middleware_decided",
+    "SIGNOFF_REQUESTED": "signoff_requested",
+    "SIGNOFF_RECORDED": "signoff_recorded",
+    "TRACE_STARTED": "trace_started",
 }
 
 

@@ -262,7 +262,12 @@ def test_the_follow_up_brief_holds_the_first_runs_outcome_and_evidence() -> None
             log.state,
             RunStatus.COMPLETED,
             "verified",
-            result={"summary": "fixed the parser", "evidence": ["artifact:art_out"]},
+            result={
+                "summary": "fixed the parser",
+                "evidence": {"unit_tests": "artifact:art_out"},
+                "outcome": "change_ready_for_approval",
+                "remaining_actions": ["release it"],
+            },
         )
     )
     brief = outcome_brief(log.state)
@@ -271,7 +276,9 @@ def test_the_follow_up_brief_holds_the_first_runs_outcome_and_evidence() -> None
         "Its goal was: fix the bug",
         "It ended completed (verified).",
         "Its summary: fixed the parser",
-        "Its evidence: artifact:art_out",
+        "Its evidence: unit_tests: artifact:art_out",
+        "Its outcome: change_ready_for_approval",
+        "Left for people: release it",
         "$ pytest -q: passed at revision 1, output artifact:art_out",
         "Files it changed: app.py",
         "Its unfinished todos: write docs",

@@ -6,6 +6,7 @@ import typer
 
 from keel.cli import (
     agents,
+    artifacts,
     demo,
     gc,
     mcp,
@@ -41,6 +42,7 @@ tokens.register(app)
 steering.register(app)
 skills.register(app)
 mcp.register(app)
+artifacts.register(app)
 
 
 def main() -> None:

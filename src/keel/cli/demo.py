@@ -65,8 +65,8 @@ def demo_command(
 
     console.print()
     console.print(f"run {final.run_id}: [bold]{final.status.value}[/] ({final.reason})")
-    for ref in outcome.evidence:
-        console.print(f"  evidence  {ref}", highlight=False, soft_wrap=True)
+    for name, ref in outcome.evidence_by_name.items():
+        console.print(f"  evidence  {name}: {ref}", highlight=False, soft_wrap=True)
     flag = "" if url == DEFAULT_STORE else f" --store {url}"
     console.print("\nInspect it:", highlight=False, soft_wrap=True)
     keel = keel_invocation()

@@ -63,7 +63,24 @@ def run_command(
     max_tokens: int | None = typer.Option(None, "--max-tokens", help="Tokens (1 or more)."),
     max_cost: float | None = typer.Option(None, "--max-cost", help="US dollars (above 0)."),
     timeout: float | None = typer.Option(None, "--timeout", help="Wall seconds (above 0)."),
-    verify: list[str] = typer.Option([], "--verify", help="A verifier command (repeatable)."),
+    verify: list[str] = typer.Option(
+        [],
+        "--verify",
+        help="A verifier command, or NAME=COMMAND to file its evidence under NAME "
+        '(unit_tests="pytest -q"; a lowercase NAME). Repeatable.',
+    ),
+    verify_human: list[str] = typer.Option(
+        [],
+        "--verify-human",
+        help="A person who must sign off once the commands pass: the run waits for "
+        "`keel approve RUN --verifier NAME`. Repeatable.",
+    ),
+    outcome: str | None = typer.Option(
+        None,
+        "--outcome",
+        help="What a completed run's result declares, e.g. change_ready_for_approval "
+        "(default task_completed).",
+    ),
     policy: Path | None = typer.Option(None, "--policy", help="A policy TOML file."),
     approval_timeout: float | None = typer.Option(
         None,
@@ -143,6 +160,8 @@ def run_command(
         cwd=cwd,
         budget=None if agent is not None and not _budget_given(context) else budget,
         verify=verify,
+        verify_human=verify_human,
+        outcome=outcome,
         mode=mode_used,
         plan_then=plan_then,
         approval_timeout=approval_timeout,
@@ -309,6 +328,19 @@ def _decide_inline(harness: Harness, outcome: RunOutcome) -> bool:
             return False
         harness.answer(outcome.id, answer)
         return True
+    if pending.kind == "signoff":
+        name = terminal_safe(pending.question or "")
+        choice = typer.prompt(
+            f"The verifiers passed; sign off as {name}? [y]es / [n]o / [l]ater", default="l"
+        )
+        if choice.strip().lower().startswith("y"):
+            harness.sign_off(outcome.id, pending.question or "")
+            return True
+        if choice.strip().lower().startswith("n"):
+            reason = typer.prompt("what is missing (the agent is told)")
+            harness.sign_off(outcome.id, pending.question or "", deny=True, reason=reason)
+            return True
+        return False
     console.print(
         f"Approval needed: {shown(pending.tool or '?')} {shown(str(pending.arguments))} "
         f"(risk {shown(pending.risk or '')})",
@@ -333,7 +365,7 @@ def _report(outcome: RunOutcome, json_out: bool, store_flag: str) -> None:
                 "run_id": state.run_id,
                 "status": state.status.value,
                 "reason": state.reason,
-                "evidence": outcome.evidence,
+                "evidence": outcome.evidence_by_name,
                 "result": state.result,
             }
         )
@@ -350,8 +382,14 @@ def _report(outcome: RunOutcome, json_out: bool, store_flag: str) -> None:
         console.print(
             f"  paused: `keel resume {state.run_id}{store_flag}` goes on", highlight=False
         )
-    for ref in outcome.evidence:
-        console.print(f"  evidence: {ref}", highlight=False)
+    for name, ref in outcome.evidence_by_name.items():
+        console.print(
+            f"  evidence {name}: {ref}  (keel artifact {ref.removeprefix('artifact:')})",
+            highlight=False,
+        )
+    remaining = (state.result or {}).get("remaining_actions")
+    if remaining and state.status is RunStatus.COMPLETED:
+        console.print("  left for people: " + shown("; ".join(remaining)), highlight=False)
     unfinished = (state.result or {}).get("unfinished")
     if unfinished:
         console.print("  unfinished todos: " + shown("; ".join(unfinished)), highlight=False)
@@ -362,12 +400,22 @@ def approve_command(
     run_id: str = typer.Argument(...),
     deny: bool = typer.Option(False, "--deny", help="Refuse instead of approving."),
     reason: str | None = typer.Option(None, "--reason", help="Why (required with --deny)."),
+    verifier: str | None = typer.Option(
+        None,
+        "--verifier",
+        help="Sign off as this verifier (a run started with --verify-human NAME waits for it).",
+    ),
     store: str | None = StoreOption,
 ) -> None:
-    """Approve (or deny) what a waiting run asked for; the run can then resume."""
+    """Approve (or deny) what a waiting run asked for, or sign off as its verifier; the
+    run can then resume."""
     harness = Harness(store=store_url(store))
-    state = harness.approve(run_id, deny=deny, reason=reason)
-    verb = "denied" if deny else "approved"
+    if verifier is not None:
+        state = harness.sign_off(run_id, verifier, deny=deny, reason=reason)
+        verb = "declined" if deny else "signed off"
+    else:
+        state = harness.approve(run_id, deny=deny, reason=reason)
+        verb = "denied" if deny else "approved"
     console.print(f"{verb}; run {run_id} is {state.status.value} — `keel resume {run_id}`")
 
 

@@ -51,6 +51,7 @@ from keel.core.errors import LogDamaged, RunNotFound
 from keel.core.events import Event, EventType
 from keel.core.state import RunState
 from keel.core.status import RunStatus
+from keel.core.verifiers import evidence_map
 from keel.store.base import Store, iter_all_events
 from keel.store.url import open_store
 
@@ -180,6 +181,7 @@ def show_command(
             {
                 **run.to_dict(),
                 "tokens": token_summary(run.usage),
+                "evidence": evidence_map(run.result),
                 "children": entries,
                 "waiting_descendants": [waiting_entry(w, store_flag) for w in waiting],
             }
@@ -279,10 +281,14 @@ def describe_result(result: dict[str, Any]) -> list[str]:
     summary = result.get("summary")
     if summary:
         lines.append(f"  {shown(str(summary))}")
-    evidence = result.get("evidence") or []
-    for item in evidence:
-        lines.append(f"  evidence  {shown(item if isinstance(item, str) else compact(item))}")
-    rest = {k: v for k, v in result.items() if k not in ("summary", "evidence")}
+    if result.get("outcome"):
+        lines.append(f"  outcome   {shown(str(result['outcome']))}")
+    for name, ref in evidence_map(result).items():
+        lines.append(f"  evidence  {shown(name)}: {ref}")
+    for action in result.get("remaining_actions") or ():
+        lines.append(f"  left      {shown(str(action))}")
+    shown_keys = ("summary", "evidence", "outcome", "remaining_actions")
+    rest = {k: v for k, v in result.items() if k not in shown_keys}
     if rest:
         lines.append(f"  {shown(compact(rest))}")
     return lines
@@ -303,7 +309,7 @@ def describe_wait(run: RunState, store_flag: str) -> list[str]:
         lines.append(f"  the answer to: {shown(pending.question or '')}")
         lines.append(f"  answer:   keel answer {rid} TEXT{store_flag}")
         return lines
-    if pending is not None and pending.kind in ("child", "child_failure"):
+    if pending is not None and pending.kind in ("child", "child_failure", "signoff"):
         what, commands = wait_facts(run, store_flag)
         lines.append(f"  {shown(what)}")
         lines += [f"  {label + ':':<9} {shown(command)}" for label, command in commands]

@@ -374,6 +374,12 @@ def wait_facts(state: RunState, store_flag: str = "") -> tuple[str, list[tuple[s
         return f"the answer to: {pending.question or ''}", [
             ("answer", f"keel answer {rid} TEXT{store_flag}")
         ]
+    if pending.kind == "signoff":
+        name = pending.question or "?"
+        return f"the sign-off of {name} (its verifiers passed at this revision)", [
+            ("sign off", f"keel approve {rid} --verifier {name}{store_flag}"),
+            ("decline", f"keel approve {rid} --verifier {name} --deny --reason TEXT{store_flag}"),
+        ]
     if pending.kind == "child":
         child = arguments.get("child_run_id") or "?"
         what = arguments.get("what")

@@ -54,6 +54,9 @@ class EventType(StrEnum):
     MESSAGE_RECEIVED = "message_received"  # text, by: a person's words the model reads next
     FOLLOW_UP_CREATED = "follow_up_created"  # run_id, by: an ended run's follow-up run
     MIDDLEWARE_DECIDED = "middleware_decided"  # middleware, point, decision, reason, patch
+    SIGNOFF_REQUESTED = "signoff_requested"  # verifier, records: a person must sign off
+    SIGNOFF_RECORDED = "signoff_recorded"  # verifier, passed, by, note, artifact, revision
+    TRACE_STARTED = "trace_started"  # trace id, run span id of a drive (OpenTelemetry)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

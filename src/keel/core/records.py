@@ -48,6 +48,16 @@ class RunOptions:
     # --- context (``keel.loop.context``); stored only when set ---
     context_tokens: int | None = None  # the model's context size; None: known for the model
     context_summary: bool = False  # a compaction also asks the model to summarise
+    # --- outcome (``keel.core.verifiers``); stored only when set ---
+    verifier_names: tuple[str, ...] | None = None  # each verify command's name, in order
+    signoffs: tuple[str, ...] = ()  # people who must sign off (``--verify-human NAME``)
+    outcome: str | None = None  # what a completed run's result declares it to be
+
+    def verifier_name(self, command: str) -> str:
+        """The name ``command``'s evidence is filed under (its command line if unnamed)."""
+        if self.verifier_names is not None and command in self.verify:
+            return self.verifier_names[self.verify.index(command)]
+        return command
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -71,6 +81,10 @@ class RunOptions:
             d["skills"] = [dict(skill) for skill in self.skills]
         if self.context_summary:
             d["context_summary"] = True
+        if self.verifier_names is not None:
+            d["verifier_names"] = list(self.verifier_names)
+        if self.signoffs:
+            d["signoffs"] = list(self.signoffs)
         for key in (
             "root_id",
             "agent",
@@ -81,6 +95,7 @@ class RunOptions:
             "creator",
             "follows",
             "context_tokens",
+            "outcome",
         ):
             value = getattr(self, key)
             if value is not None:
@@ -112,6 +127,11 @@ class RunOptions:
             follows=d.get("follows"),
             context_tokens=None if d.get("context_tokens") is None else int(d["context_tokens"]),
             context_summary=bool(d.get("context_summary", False)),
+            verifier_names=(
+                None if d.get("verifier_names") is None else tuple(d["verifier_names"])
+            ),
+            signoffs=tuple(d.get("signoffs", ())),
+            outcome=d.get("outcome"),
         )
 
     @property
@@ -139,9 +159,10 @@ class ValidationRecord:
     mutation_revision: int
     file_hashes: dict[str, str]
     passed: bool
+    note: str | None = None  # a sign-off's who and why ("declined by ana: no tests")
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d: dict[str, Any] = {
             "command": self.command,
             "exit_code": self.exit_code,
             "duration_s": self.duration_s,
@@ -150,6 +171,9 @@ class ValidationRecord:
             "file_hashes": dict(self.file_hashes),
             "passed": self.passed,
         }
+        if self.note is not None:
+            d["note"] = self.note
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ValidationRecord:
@@ -161,6 +185,7 @@ class ValidationRecord:
             mutation_revision=int(d["mutation_revision"]),
             file_hashes=dict(d.get("file_hashes", {})),
             passed=bool(d["passed"]),
+            note=d.get("note"),
         )
 
 
@@ -169,6 +194,7 @@ class PendingRequest:
     """What a waiting run waits for: an approval, an answer, or an unknown outcome."""
 
     kind: str  # "approval" | "question" | "unknown_outcome" | "child_failure" | "child"
+    # | "signoff" (call_id "signoff:NAME", question NAME: a person's sign-off)
     call_id: str
     tool: str | None = None
     arguments: dict[str, Any] | None = None

@@ -28,6 +28,7 @@ from keel.core.records import (
 )
 from keel.core.snapshot import snapshot_of, state_from_snapshot
 from keel.core.status import RunStatus, check_transition
+from keel.core.verifiers import cannot_run, signoff_command
 
 RECENT_WINDOW = 3  # how many recent calls / errors the no-progress check looks at
 NOTES_KEPT = 20
@@ -124,19 +125,24 @@ class RunState:
         return None
 
     def verification_gaps(self) -> list[str]:
-        """Required verifiers without a pass at the current mutation revision."""
+        """Required verifiers without a pass at the current mutation revision: commands,
+        then people's sign-offs (``keel.core.verifiers``)."""
         gaps = []
         for command in self.options.verify:
             record = self.latest_validation(command)
+            name = self.options.verifier_name(command)
+            shown = command if name == command else f"{name} ({command})"
             if record is None:
-                gaps.append(f"{command}: not run")
+                gaps.append(f"{shown}: not run")
             elif record.mutation_revision != self.mutation_revision:
                 gaps.append(
-                    f"{command}: last run at revision {record.mutation_revision}, "
+                    f"{shown}: last run at revision {record.mutation_revision}, "
                     f"files changed since (now {self.mutation_revision})"
                 )
             elif not record.passed:
-                gaps.append(f"{command}: failed with exit code {record.exit_code}")
+                why = cannot_run(record.exit_code)
+                detail = f" (the command {why}: no change to the workspace fixes it)" if why else ""
+                gaps.append(f"{shown}: failed with exit code {record.exit_code}{detail}")
         outside = self.changes_outside_plan()
         if outside:
             named = ", ".join(outside[:OUTSIDE_SHOWN])
@@ -147,7 +153,38 @@ class RunState:
                 f"{', '.join(self.plan_paths or ()) or 'no paths'}); if they belong to the "
                 "task, name them under Paths: with plan_write (a person approves the new plan)"
             )
+        for name in self.options.signoffs:
+            record = self.latest_validation(signoff_command(name))
+            if record is None or record.mutation_revision != self.mutation_revision:
+                gaps.append(f"{name}: needs a person's sign-off (keel approve --verifier {name})")
+            elif not record.passed:
+                gaps.append(f"{name}: {record.note or 'a person declined to sign off'}")
         return gaps
+
+    def unsigned(self) -> list[str]:
+        """Sign-offs without a person's approval at the current revision (declined ones
+        included: the agent works on, then asks again)."""
+        unsigned = []
+        for name in self.options.signoffs:
+            record = self.latest_validation(signoff_command(name))
+            if (
+                record is None
+                or record.mutation_revision != self.mutation_revision
+                or not record.passed
+            ):
+                unsigned.append(name)
+        return unsigned
+
+    def unfixable_gaps(self) -> list[str]:
+        """Command verifiers that could not run at all at this revision (126, 127)."""
+        found = []
+        for command in self.options.verify:
+            record = self.latest_validation(command)
+            if record is not None and record.mutation_revision == self.mutation_revision:
+                why = cannot_run(record.exit_code)
+                if why and not record.passed:
+                    found.append(f"{self.options.verifier_name(command)}: the command {why}")
+        return found
 
     def changes_outside_plan(self) -> list[str]:
         """Changed files the approved plan's ``Paths`` do not name (none without paths)."""
@@ -480,6 +517,30 @@ def _verification_done(s: RunState, d: dict[str, Any]) -> RunState:
     return _evolve(s, validations=s.validations + records)
 
 
+def _signoff_requested(s: RunState, d: dict[str, Any]) -> RunState:
+    """The commands passed and a person must sign off: the verification's records, and
+    the run waits for ``keel approve --verifier NAME``."""
+    records = tuple(ValidationRecord.from_dict(r) for r in d.get("records", ()))
+    name = str(d["verifier"])
+    pending = PendingRequest(kind="signoff", call_id=f"signoff:{name}", question=name)
+    return _evolve(s, validations=s.validations + records, pending=pending)
+
+
+def _signoff_recorded(s: RunState, d: dict[str, Any]) -> RunState:
+    """A person's sign-off (or refusal), bound to the revision they looked at."""
+    record = ValidationRecord(
+        command=signoff_command(str(d["verifier"])),
+        exit_code=0 if d.get("passed") else 1,
+        duration_s=0.0,
+        artifact=d.get("artifact"),
+        mutation_revision=int(d["mutation_revision"]),
+        file_hashes=dict(s.changed_files),
+        passed=bool(d.get("passed")),
+        note=d.get("note"),
+    )
+    return _evolve(s, validations=(*s.validations, record), pending=None)
+
+
 def _no_progress(s: RunState, d: dict[str, Any]) -> RunState:
     return _evolve(s, no_progress_step=s.usage.steps)
 
@@ -630,6 +691,9 @@ _APPLY = {
     EventType.MESSAGE_RECEIVED: _unchanged,  # the transcript shows it to the model
     EventType.FOLLOW_UP_CREATED: _unchanged,
     EventType.MIDDLEWARE_DECIDED: _middleware_decided,
+    EventType.TRACE_STARTED: _unchanged,
+    EventType.SIGNOFF_REQUESTED: _signoff_requested,
+    EventType.SIGNOFF_RECORDED: _signoff_recorded,
 }
 
 __all__ = ["UNRUN_FINISH_REASONS", "RunState", "call_signature", "calls_run", "transition"]

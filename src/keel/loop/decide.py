@@ -87,7 +87,7 @@ def decide(state: RunState, sit: Situation) -> Action:
     if status is RunStatus.WAITING:
         return _decide_waiting(state, sit)
     if status is RunStatus.VERIFYING:
-        return RunVerifiers(commands=state.options.verify)
+        return RunVerifiers(commands=_to_verify(state))
     # running
     if state.pause_requested is not None and not state.open_calls:
         # A step boundary: nothing started is unfinished, so the run pauses here and
@@ -111,6 +111,22 @@ def decide(state: RunState, sit: Situation) -> Action:
     if exhausted is not None:
         return exhausted
     return _before_model(state, sit)
+
+
+def _to_verify(state: RunState) -> tuple[str, ...]:
+    """The verifiers to run: each one without a pass at the current revision. One that
+    passed at this revision already stands as evidence (a revision changes with every
+    change to the workspace, the run's or anyone's), so a run that comes back after a
+    person's sign-off does not run its tests again."""
+    return tuple(
+        command
+        for command in state.options.verify
+        if not (
+            (record := state.latest_validation(command)) is not None
+            and record.passed
+            and record.mutation_revision == state.mutation_revision
+        )
+    )
 
 
 def pause_event(state: RunState) -> NewEvent:
@@ -635,6 +651,9 @@ def _control(
         result: dict[str, Any] = {"summary": summary}
         if output is not None:
             result["output"] = output
+        remaining = args.get("remaining_actions")
+        if remaining:
+            result["remaining_actions"] = [str(action) for action in remaining]
         return (
             finished_event(
                 call_id, name, args, "completion requested: the harness runs the verifiers", grant

@@ -22,6 +22,7 @@ from keel.core.records import ValidationRecord
 from keel.core.state import RunState, calls_run, transition
 from keel.core.status import RunStatus
 from keel.core.text import MAX_DEPTH
+from keel.core.verifiers import DEFAULT_OUTCOME, DIFF_EVIDENCE, signoff_command
 from keel.loop.actions import RunTool
 from keel.loop.turns import valid_turn
 from keel.models.base import ModelTurn, RetryNotice
@@ -182,59 +183,124 @@ def after_verification(
     gaps: Sequence[str] = (),
 ) -> tuple[NewEvent, ...]:
     """Completion only on evidence: every required verifier passed at this revision, no
-    file changed outside the paths an approved plan names (``outside_plan``), and no
-    middleware added a gap (``gaps``, from ``before_complete``).
+    file changed outside the paths an approved plan names (``outside_plan``), no
+    middleware added a gap (``gaps``, from ``before_complete``), and every person who
+    must sign off did, at this revision.
 
-    ``diff_artifact`` (the workspace's diff, when it is a git work tree) joins the
-    verifiers' outputs in the evidence, so a reader sees what was verified.
+    What the gaps lead to: a verifier that cannot run at all ends the run ``blocked``
+    (no edit fixes it); other gaps go back to the model; when only sign-offs are
+    missing the run waits for the first of them. A completed run's result names its
+    ``outcome``, its ``evidence`` by verifier (and ``code_diff``, the workspace's diff
+    when it is a git work tree) and the ``remaining_actions`` the model listed.
     """
     checked = replace(state, validations=(*state.validations, *records))
     added = list(gaps)
-    gaps = [*checked.verification_gaps(), *added]
+    unsigned = checked.unsigned()
+    signoff_gaps = len(unsigned)
+    all_gaps = [*checked.verification_gaps(), *added]
+    work_gaps = [g for g in all_gaps if not _is_signoff_gap(g, unsigned)]
     data: dict[str, Any] = {"records": [r.to_dict() for r in records], "elapsed_s": elapsed_s}
     if added:
         data["middleware_gaps"] = added
     if diff_artifact:
         data["diff"] = diff_artifact
-    summary = (state.result or {}).get("summary", "")
-    output = (state.result or {}).get("output")  # a child's structured result
-    if not gaps:
-        evidence = [f"artifact:{r.artifact}" for r in records if r.artifact]
-        if diff_artifact:
-            evidence.append(f"artifact:{diff_artifact}")
-        if not state.options.verify:
-            evidence_note = "no verifier was configured: completion rests on the model's word"
-        else:
-            evidence_note = (
-                f"{len(records)} verifier(s) passed at mutation revision {state.mutation_revision}"
-            )
-        return (
-            NewEvent(type=EventType.VERIFICATION_PASSED, data={**data, "note": evidence_note}),
+    unfixable = checked.unfixable_gaps()
+    if unfixable:
+        return (  # every other gap is one the agent could fix; these it cannot
+            NewEvent(
+                type=EventType.VERIFICATION_FAILED,
+                data={**data, "gaps": all_gaps, "unfixable": unfixable},
+            ),
+            transition(checked, RunStatus.RUNNING, None),
             transition(
-                checked,
-                RunStatus.COMPLETED,
-                "verified" if state.options.verify else "completed without verifiers",
-                result={
-                    "summary": summary,
-                    "evidence": evidence,
-                    "evidence_note": evidence_note,
-                    "mutation_revision": state.mutation_revision,
-                    "changed_files": dict(state.changed_files),
-                    **({"output": output} if output is not None else {}),
-                },
+                replace(checked, status=RunStatus.RUNNING),
+                RunStatus.BLOCKED,
+                f"unfixable_gap: {unfixable[0]}",
+                result={**(state.result or {}), "gaps": all_gaps, "unfixable": unfixable},
             ),
         )
-    note = "Verification failed; the run is not complete. Gaps:\n" + "\n".join(
-        f"- {g}" for g in gaps
-    )
-    outside = state.changes_outside_plan()
-    if outside:  # the approved plan named its paths; these files are not among them
-        data["outside_plan"] = outside
+    if work_gaps:
+        note = "Verification failed; the run is not complete. Gaps:\n" + "\n".join(
+            f"- {g}" for g in work_gaps
+        )
+        outside = state.changes_outside_plan()
+        if outside:  # the approved plan named its paths; these files are not among them
+            data["outside_plan"] = outside
+        return (
+            NewEvent(type=EventType.VERIFICATION_FAILED, data={**data, "gaps": all_gaps}),
+            note_event(note),
+            transition(checked, RunStatus.RUNNING, None),
+        )
+    if signoff_gaps:
+        name = unsigned[0]
+        return (  # running first: leaving verifying clears what the run waits for
+            transition(checked, RunStatus.RUNNING, None),
+            NewEvent(
+                type=EventType.SIGNOFF_REQUESTED,
+                data={**data, "verifier": name, "mutation_revision": state.mutation_revision},
+            ),
+            transition(
+                replace(checked, status=RunStatus.RUNNING),
+                RunStatus.WAITING,
+                f"signoff:{name}",
+            ),
+        )
+    return _completed(checked, state, records, data, diff_artifact)
+
+
+def _completed(
+    checked: RunState,
+    state: RunState,
+    records: list[ValidationRecord],
+    data: dict[str, Any],
+    diff_artifact: str | None,
+) -> tuple[NewEvent, ...]:
+    options = state.options
+    evidence: dict[str, str] = {}
+    for command in options.verify:
+        record = checked.latest_validation(command)
+        if record is not None and record.artifact:
+            evidence[options.verifier_name(command)] = f"artifact:{record.artifact}"
+    for name in options.signoffs:
+        record = checked.latest_validation(signoff_command(name))
+        if record is not None and record.artifact:
+            evidence[name] = f"artifact:{record.artifact}"
+    if diff_artifact:
+        evidence[DIFF_EVIDENCE] = f"artifact:{diff_artifact}"
+    verified = bool(options.verify or options.signoffs)
+    if not verified:
+        evidence_note = "no verifier was configured: completion rests on the model's word"
+    else:
+        signed = f" and {len(options.signoffs)} sign-off(s)" if options.signoffs else ""
+        evidence_note = (
+            f"{len(options.verify)} verifier(s){signed} passed at mutation revision "
+            f"{state.mutation_revision}"
+        )
+    previous = state.result or {}
+    output = previous.get("output")  # a child's structured result
+    result: dict[str, Any] = {
+        "outcome": options.outcome or DEFAULT_OUTCOME,
+        "summary": previous.get("summary", ""),
+        "evidence": evidence,
+        "evidence_note": evidence_note,
+        "remaining_actions": list(previous.get("remaining_actions") or ()),
+        "mutation_revision": state.mutation_revision,
+        "changed_files": dict(state.changed_files),
+        **({"output": output} if output is not None else {}),
+    }
     return (
-        NewEvent(type=EventType.VERIFICATION_FAILED, data={**data, "gaps": gaps}),
-        note_event(note),
-        transition(checked, RunStatus.RUNNING, None),
+        NewEvent(type=EventType.VERIFICATION_PASSED, data={**data, "note": evidence_note}),
+        transition(
+            checked,
+            RunStatus.COMPLETED,
+            "verified" if verified else "completed without verifiers",
+            result=result,
+        ),
     )
+
+
+def _is_signoff_gap(gap: str, unsigned: Sequence[str]) -> bool:
+    return any(gap.startswith(f"{name}: ") for name in unsigned)
 
 
 # --- small event builders ------------------------------------------------------------------

@@ -8,6 +8,8 @@ who took it (``by``: a person's name, or ``token:NAME`` through the API).
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from keel.core.errors import NothingPending, PendingCallChanged, UsageError
@@ -126,6 +128,81 @@ def answer_question(store: Store, run_id: str, text: str, *, by: str = DEFAULT_B
             )
         )
     events.append(transition(state, RunStatus.RUNNING, None))
+    new_state, _ = store.append_events(run_id, events, expected_seq=state.last_seq)
+    return new_state
+
+
+def sign_off(
+    store: Store,
+    run_id: str,
+    verifier: str,
+    *,
+    by: str = DEFAULT_BY,
+    deny: bool = False,
+    reason: str | None = None,
+) -> RunState:
+    """A person's sign-off as verifier ``verifier`` of a run waiting for it (``keel approve
+    RUN --verifier NAME``), bound to the revision they looked at.
+
+    Signed: the record (and an artifact saying who, when, at which revision) is the
+    verifier's evidence, and the run goes back to verifying — its commands passed at this
+    revision already, so it completes unless something else is missing. Declined (a
+    reason is required): the run goes back to work with the person's reason, a gap the
+    agent can act on. ``NothingPending`` when the run does not wait for this sign-off."""
+    state = store.load_run(run_id)
+    pending = state.pending
+    if state.status is not RunStatus.WAITING or pending is None or pending.kind != "signoff":
+        raise NothingPending(run_id, f"a sign-off (it is {_describe(state)})")
+    if pending.question != verifier:
+        raise UsageError(
+            f"run {run_id} waits for the sign-off of {pending.question!r}, not {verifier!r}"
+        )
+    if deny and not (reason and reason.strip()):
+        raise UsageError("declining needs a reason: --deny --reason TEXT (the model is told it)")
+    revision = state.mutation_revision
+    now = datetime.now(UTC).isoformat()
+    said = f": {reason.strip()}" if reason and reason.strip() else ""
+    note = f"{'declined' if deny else 'signed off'} by {by}{said}"
+    content = json.dumps(
+        {
+            "verifier": verifier,
+            "signed": not deny,
+            "by": by,
+            "at": now,
+            "mutation_revision": revision,
+            "reason": reason,
+            "changed_files": dict(state.changed_files),
+        },
+        indent=2,
+    ).encode("utf-8")
+    artifact = store.put_artifact(run_id, f"signoff-{verifier}.json", content)
+    events = [
+        NewEvent(
+            type=EventType.SIGNOFF_RECORDED,
+            data={
+                "verifier": verifier,
+                "passed": not deny,
+                "by": by,
+                "note": note,
+                "artifact": artifact.id,
+                "mutation_revision": revision,
+            },
+        ),
+        transition(state, RunStatus.RUNNING, None),
+    ]
+    running = replace(state, status=RunStatus.RUNNING)
+    if deny:
+        events.append(
+            NewEvent(
+                type=EventType.NOTE_ADDED,
+                data={
+                    "text": f"{verifier} did not sign off ({note}). Address it, then "
+                    "request completion again."
+                },
+            )
+        )
+    else:
+        events.append(transition(running, RunStatus.VERIFYING, f"signed off by {by}"))
     new_state, _ = store.append_events(run_id, events, expected_seq=state.last_seq)
     return new_state
 

@@ -32,6 +32,7 @@ from keel.core.errors import ConfigError, KeelError, StopRequested, ToolError
 from keel.core.events import EventType, NewEvent
 from keel.core.state import RunState
 from keel.core.status import RunStatus
+from keel.core.verifiers import evidence_map
 from keel.runtime.agent_config import AgentSettings, load_agent_settings
 from keel.runtime.agent_specs import builtin_tool_names, load_agent_spec
 from keel.runtime.cancel_tree import cancel_tree
@@ -480,7 +481,8 @@ class Delegation:
             "summary": result.get("summary"),
             "output": result.get("output"),
             "outcome": result.get("outcome"),
-            "evidence": list(result.get("evidence") or []),
+            "evidence": evidence_map(result),
+            "remaining_actions": list(result.get("remaining_actions") or []),
             "patch": patch_id,
             "patch_files": patch_files,
             "stale": stale,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from keel.core.events import Event
 from keel.core.records import RunOptions
 from keel.core.state import RunState
 from keel.core.status import RunStatus
+from keel.core.verifiers import check_outcome, check_signoffs, evidence_map, named_verifiers
 from keel.loop.driver import DeltaSink, Driver, EventSink, LeaseGuard
 from keel.loop.middleware import Middleware
 from keel.models.base import Model
@@ -112,7 +113,14 @@ class RunOutcome:
 
     @property
     def evidence(self) -> list[str]:
-        return list((self.state.result or {}).get("evidence", []))
+        """The result's evidence: ``artifact:ID`` references (``keel artifact ID`` opens
+        each), in the order of ``evidence_by_name``."""
+        return list(evidence_map(self.state.result).values())
+
+    @property
+    def evidence_by_name(self) -> dict[str, str]:
+        """The result's evidence by verifier name (``code_diff``: the workspace's diff)."""
+        return evidence_map(self.state.result)
 
     @property
     def exit_code(self) -> int:
@@ -167,10 +175,12 @@ class Harness:
         *,
         cwd: str | Path = ".",
         budget: Budget | None = None,
-        verify: Sequence[str] = (),
+        verify: Sequence[str] | Mapping[str, str] = (),
         mode: str = "edit",
         plan_then: str | None = None,
         model: str | None = None,
+        verify_human: Sequence[str] = (),
+        outcome: str | None = None,
         approval_timeout: float | None = None,
         grant_ttl: float | None = None,
         policy_file: str | Path | None = None,
@@ -207,6 +217,14 @@ class Harness:
         ``context_summary`` adds the model's own summary of them. Both are fixed at
         creation, so a resume builds the same context.
 
+        ``verify`` holds the verifier commands: ``"pytest -q"``, or named
+        ``"unit_tests=pytest -q"`` (or a mapping name -> command); a completed run's
+        result files each one's output under its name (``keel.core.verifiers``).
+        ``verify_human`` names people who must sign off after the commands pass (the
+        run waits for ``sign_off``); ``outcome`` is what a completed result declares
+        (default ``task_completed``). Bad names are a ConfigError, before anything is
+        stored.
+
         ``workspace_git`` (``URL[@REF]``) makes the run's workspace a checkout of that
         git source made by whichever process executes it (``keel.runtime.git_source``);
         ``cwd`` is then only where the configuration and policy are read.
@@ -226,6 +244,9 @@ class Harness:
         check_seconds("approval_timeout", approval_timeout)
         check_seconds("grant_ttl", grant_ttl)
         check_context_tokens("context_tokens", context_tokens)
+        check_outcome(outcome)
+        verify, verifier_names = named_verifiers(verify)
+        signoffs = check_signoffs(verify_human, verifier_names or verify)
         if record is not None:
             check_record(record, queued=queued)
         if not goal.strip():
@@ -264,7 +285,10 @@ class Harness:
             goal, mode = followed.goal, followed.mode
             model = model or followed.spec.model
             budget = budget or followed.budget
-            verify = [*verify, *(v for v in followed.spec.verify if v not in verify)]
+            added = tuple(v for v in followed.spec.verify if v not in verify)
+            if verifier_names is not None:
+                verifier_names = (*verifier_names, *added)
+            verify = (*verify, *added)
             refuse_secret_commands(verify, redactor)
         servers = load_mcp_servers(workspace) if source is None else ()  # a broken file: here
         allowed = allowlist(
@@ -294,6 +318,9 @@ class Harness:
             skills=skills or None,
             context_tokens=context_tokens,
             context_summary=context_summary,
+            verifier_names=verifier_names,
+            signoffs=signoffs,
+            outcome=outcome,
         )
         return self.store.create_run(
             goal=redactor.scrub_text(goal),
@@ -524,6 +551,21 @@ class Harness:
     ) -> RunState:
         return decisions.decide_approval(
             self.store, run_id, deny=deny, reason=reason, by=by or self.person
+        )
+
+    def sign_off(
+        self,
+        run_id: str,
+        verifier: str,
+        *,
+        deny: bool = False,
+        reason: str | None = None,
+        by: str | None = None,
+    ) -> RunState:
+        """Sign off (or decline) as ``verifier`` for a run waiting for it
+        (``decisions.sign_off``); ``resume`` then drives it to completion."""
+        return decisions.sign_off(
+            self.store, run_id, verifier, deny=deny, reason=reason, by=by or self.person
         )
 
     def answer(self, run_id: str, text: str, *, by: str | None = None) -> RunState:

@@ -31,6 +31,7 @@ from keel.core.events import EventType, NewEvent
 from keel.core.records import canonical_json
 from keel.core.state import RunState, transition
 from keel.core.status import RunStatus
+from keel.core.verifiers import evidence_map
 from keel.loop.decide import pause_event
 from keel.loop.outcomes import note_event
 from keel.runtime.secrets import load_redactor
@@ -249,9 +250,13 @@ def outcome_brief(first: RunState) -> str:
     error = result.get("error")
     if isinstance(error, dict) and error.get("message"):
         lines.append(f"Its error: {error.get('type', 'Error')}: {_clip(str(error['message']))}")
-    evidence = [str(ref) for ref in result.get("evidence") or ()]
+    evidence = [f"{name}: {ref}" for name, ref in evidence_map(result).items()]
     if evidence:
         lines.append("Its evidence: " + _listed(evidence))
+    if result.get("outcome"):
+        lines.append(f"Its outcome: {result['outcome']}")
+    if result.get("remaining_actions"):
+        lines.append("Left for people: " + _listed([str(a) for a in result["remaining_actions"]]))
     if result.get("evidence_note"):
         lines.append(f"({result['evidence_note']})")
     if first.validations:

@@ -16,6 +16,7 @@ from keel.core.budget import Budget, Usage
 from keel.core.records import PendingRequest
 from keel.core.state import RunState
 from keel.core.tasks import Task
+from keel.core.verifiers import evidence_map
 
 DIFF_PREVIEW_LINES = 400  # longer diffs are cut, with a line saying how many were left out
 
@@ -46,7 +47,7 @@ def run_view(state: RunState) -> dict[str, Any]:
         "usage": usage_view(state.usage),
         "todos": [{"content": t.content, "status": t.status} for t in state.todos],
         "plan": state.plan,
-        "evidence": [str(ref) for ref in result.get("evidence", ())],
+        "evidence": evidence_map(result),
         "result": state.result,
         "pending": pending_view(state.pending),
         "children": [

@@ -26,6 +26,14 @@ def request_completion(
             "it (a subagent's result); checked against that schema."
         ),
     ] = None,
+    remaining_actions: Annotated[
+        list[NonEmpty] | None,
+        Field(
+            description="What is left for people to do (each one line), e.g. a release "
+            "the task said not to make; empty when nothing is.",
+            max_length=50,
+        ),
+    ] = None,
 ) -> None:
     """Ask to finish the task. The harness then runs its verifiers; the run completes only
     if they pass, otherwise you get the gaps back and continue."""
