@@ -150,7 +150,7 @@ def test_digest_is_sha256_of_exact_bytes_and_changes_with_one_byte() -> None:
 
 ALLOWED = (
     "allowed: description, model, tools, mode, workspace, budget, verify, output, "
-    "on_failure, version"
+    "on_failure, version, outcome"
 )
 
 
@@ -196,7 +196,7 @@ ALLOWED = (
         (
             "---\n- description\n---\nb\n",
             f"{SOURCE}:2: the front matter must be a mapping of keys (description, model, "
-            "tools, mode, workspace, budget, verify, output, on_failure, version), got a list",
+            "tools, mode, workspace, budget, verify, output, on_failure, version, outcome), got a list",
         ),
         (
             "---\ndescription: [a, b]\n---\nb\n",
@@ -439,3 +439,11 @@ def test_mode_order_matches_the_policy_defaults() -> None:
         strictness = [ACTIONS.index(mode_default("x", effect, Mode(m)).action) for m in MODES]
         assert strictness == sorted(strictness, reverse=True), effect
     assert len({tuple(mode_default("x", e, Mode(m)).action for e in EFFECTS) for m in MODES}) == 4
+
+
+def test_a_spec_declares_the_outcome_of_its_completed_runs() -> None:
+    spec = parse("---\ndescription: reviews\noutcome: change_ready_for_approval\n---\nReview.\n")
+    assert spec.outcome == "change_ready_for_approval"
+    assert parse("---\ndescription: reviews\n---\nReview.\n").outcome is None
+    with pytest.raises(ConfigError, match=r":3: outcome must be a lowercase name"):
+        parse("---\ndescription: reviews\noutcome: Ready For Review\n---\nReview.\n")

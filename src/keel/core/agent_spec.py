@@ -17,7 +17,8 @@ the parent's), ``tools`` (an allowlist; absent = every tool the parent has), ``m
 default ``isolated``), ``budget`` (any of ``steps``, ``tool_calls``, ``tokens``, ``cost``,
 ``wall_seconds``), ``verify`` (a list of commands), ``output`` (a JSON schema of the
 structured result), ``on_failure`` (a policy word, or a mapping with ``policy``,
-``attempts``, ``agent``, ``then``) and ``version`` (a whole number, default 1).
+``attempts``, ``agent``, ``then``), ``outcome`` (what a completed run's result declares,
+e.g. ``change_ready_for_approval``) and ``version`` (a whole number, default 1).
 
 Every problem is a ``ConfigError`` reading ``FILE:LINE: message`` — the line of the
 offending key or list item — so a person can go straight to it; problems of the whole
@@ -42,6 +43,7 @@ from jsonschema.exceptions import SchemaError
 from jsonschema.validators import validator_for
 
 from keel.core.budget import MAX_COUNT, MAX_SECONDS, Budget
+from keel.core.verifiers import OUTCOME_NAME
 from keel.core.errors import ConfigError
 
 MAX_SPEC_BYTES = 64 * 1024
@@ -65,6 +67,7 @@ KEYS: tuple[str, ...] = (
     "output",
     "on_failure",
     "version",
+    "outcome",
 )
 BUDGET_KEYS: tuple[str, ...] = ("steps", "tool_calls", "tokens", "cost", "wall_seconds")
 ON_FAILURE_KEYS: tuple[str, ...] = ("policy", "attempts", "agent", "then")
@@ -109,6 +112,7 @@ class AgentSpec:
     output: dict[str, Any] | None = None
     on_failure: OnFailure = OnFailure()
     version: int = 1
+    outcome: str | None = None
     digest: str
     source: str
 
@@ -270,6 +274,13 @@ class _Parser:
                 key_line["workspace"],
                 f"workspace {workspace!r} is not one of {'|'.join(WORKSPACES)}",
             )
+        outcome = text_value("outcome")
+        if outcome is not None and not OUTCOME_NAME.fullmatch(outcome):
+            self.fail(
+                key_line["outcome"],
+                f"outcome must be a lowercase name such as change_ready_for_approval, "
+                f"got {outcome!r}",
+            )
         version = 1
         if "version" in values:
             version = values["version"]
@@ -293,6 +304,7 @@ class _Parser:
                 self.on_failure(*entries["on_failure"]) if "on_failure" in entries else OnFailure()
             ),
             version=version,
+            outcome=outcome,
             digest=digest,
             source=self.source,
         )

@@ -42,6 +42,7 @@ class AgentRun:
                 "source": self.spec.source,
             },
             "output_schema": self.spec.output,
+            **({"outcome": self.spec.outcome} if self.spec.outcome else {}),
         }
 
     @property

@@ -223,6 +223,7 @@ def make_child(
             "source": spec.source,
         },
         output_schema=spec.output,
+        outcome=spec.outcome,
         workspace_kind=kind,
         isolated=_isolated_dict(isolated) if isolated is not None else None,
     )

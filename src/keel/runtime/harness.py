@@ -302,6 +302,8 @@ class Harness:
         skills = tuple(s.summary() for s in workspace_skills(workspace)) if not source else ()
         spec = self._model_spec(model)
         self._check_model(spec, budget or Budget(), queued=queued)
+        spec_options = followed.options() if followed is not None else {}
+        outcome = outcome or spec_options.pop("outcome", None)  # the call's, else the spec's
         options = RunOptions(
             model=spec,
             mode=mode,
@@ -313,7 +315,7 @@ class Harness:
             policy=policy.to_dict(),
             sandbox=confinement.to_dict(),
             workspace_git=source.to_dict() if source is not None else None,
-            **(followed.options() if followed is not None else {}),
+            **spec_options,
             tools=allowed,
             skills=skills or None,
             context_tokens=context_tokens,
