@@ -43,8 +43,8 @@ from jsonschema.exceptions import SchemaError
 from jsonschema.validators import validator_for
 
 from keel.core.budget import MAX_COUNT, MAX_SECONDS, Budget
-from keel.core.verifiers import OUTCOME_NAME
 from keel.core.errors import ConfigError
+from keel.core.verifiers import OUTCOME_NAME
 
 MAX_SPEC_BYTES = 64 * 1024
 NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")

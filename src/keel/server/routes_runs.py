@@ -93,7 +93,19 @@ class RunIn(_Body):
         None, description="Limits; omitted: the agent spec's, else the CLI's defaults."
     )
     verify: list[Annotated[str, Field(min_length=1)]] = Field(
-        default_factory=list, description="Verifier commands the run must pass."
+        default_factory=list,
+        description="Verifier commands the run must pass; NAME=COMMAND (a lowercase NAME) "
+        "files that verifier's evidence under NAME.",
+    )
+    verify_human: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(
+        default_factory=list,
+        max_length=20,
+        description="People who must sign off once the commands pass (POST /runs/{id}/signoff).",
+    )
+    outcome: str | None = Field(
+        None,
+        max_length=64,
+        description="What a completed run's result declares, e.g. change_ready_for_approval.",
     )
     tools: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(
         None,
@@ -127,6 +139,12 @@ class ApproveIn(_Body):
     digest: str | None = Field(
         None, description="The digest of the call being approved (refused if it changed)."
     )
+
+
+class SignoffIn(_Body):
+    verifier: str = Field(min_length=1, max_length=64, description="The sign-off's name.")
+    deny: bool = Field(False, strict=True, description="Decline (a reason is required).")
+    reason: str | None = Field(None, max_length=10_000, description="Why (sent to the model).")
 
 
 class ReasonIn(_Body):
@@ -183,6 +201,8 @@ def submit_run(
             context_tokens=body.context_tokens,
             context_summary=body.context_summary,
             verify=body.verify,
+            verify_human=body.verify_human,
+            outcome=body.outcome,
             mode=body.mode,
             model=model,
             idempotency_key=key,
@@ -256,6 +276,16 @@ def approve(run_id: str, body: ApproveIn, request: Request, caller: CallerDep) -
 def deny(run_id: str, body: ReasonIn, request: Request, caller: CallerDep) -> RunView:
     store = context_of(request).store
     state = decisions.decide_approval(store, run_id, deny=True, reason=body.reason, by=caller.by)
+    return run_view(state)
+
+
+@router.post("/runs/{run_id}/signoff")
+def signoff(run_id: str, body: SignoffIn, request: Request, caller: CallerDep) -> RunView:
+    """Sign off (or decline) as a verifier the run waits for; a worker then finishes it."""
+    store = context_of(request).store
+    state = decisions.sign_off(
+        store, run_id, body.verifier, by=caller.by, deny=body.deny, reason=body.reason
+    )
     return run_view(state)
 
 
