@@ -121,6 +121,66 @@ def test_each_budget_dimension_fails_the_run_with_its_reason_and_the_unfinished_
     assert exhausted.data["used"] >= exhausted.data["limit"]
 
 
+# Each limit reached exactly: a limit of N allows N and not N + 1 (``used >= limit``).
+# The scripts offer more work than the limit, so a check of ``>`` would let one more
+# model turn or call through, and the counts below would be off by one.
+EXACT = {
+    "steps": (
+        Budget(max_steps=3),
+        [turn(read("a.txt")), turn(read("b.txt")), turn(read("c.txt")), turn(read("d.txt"))],
+        {"steps": 3, "tool_calls": 3, "requests": 3, "used": 3, "limit": 3},
+    ),
+    "tool_calls": (
+        Budget(max_tool_calls=3),
+        [turn(read("a.txt")), turn(read("b.txt"), read("c.txt")), turn(read("d.txt"))],
+        {"steps": 2, "tool_calls": 3, "requests": 2, "used": 3, "limit": 3},
+    ),
+    "tokens": (
+        Budget(max_tokens=1000),
+        [
+            turn(read("a.txt"), usage={"input_tokens": 300, "output_tokens": 100}),
+            turn(read("b.txt"), usage={"input_tokens": 400, "output_tokens": 200}),
+            turn(read("c.txt"), usage={"input_tokens": 1, "output_tokens": 1}),
+        ],
+        {"steps": 2, "tool_calls": 2, "requests": 2, "used": 1000, "limit": 1000},
+    ),
+    "cost": (
+        Budget(max_cost=1.0),
+        [
+            turn(read("a.txt"), cost=0.25),
+            turn(read("b.txt"), cost=0.25),
+            turn(read("c.txt"), cost=0.5),
+            turn(read("d.txt"), cost=0.125),
+        ],
+        {"steps": 3, "tool_calls": 3, "requests": 3, "used": 1.0, "limit": 1.0},
+    ),
+}
+
+
+@pytest.mark.parametrize("dimension", list(EXACT))
+def test_each_budget_dimension_ends_the_run_at_exactly_its_limit(
+    tmp_path: Path, workspace: Path, dimension: str
+) -> None:
+    budget, turns, expected = EXACT[dimension]
+
+    outcome, events, model = drive(tmp_path, workspace, turns, budget=budget, mode="auto")
+
+    assert outcome.stop_reason == f"budget_exhausted:{dimension}"
+    usage = outcome.state.usage
+    assert (usage.steps, usage.tool_calls, len(model.requests)) == (
+        expected["steps"],
+        expected["tool_calls"],
+        expected["requests"],
+    )
+    [exhausted] = [e for e in events if e.type is EventType.BUDGET_EXHAUSTED]
+    assert (exhausted.data["used"], exhausted.data["limit"]) == (
+        expected["used"],
+        expected["limit"],
+    )
+    finished = [e.data["arguments"]["path"] for e in events if e.type is EventType.TOOL_FINISHED]
+    assert len(finished) == expected["tool_calls"]  # no call past the limit ran
+
+
 def test_the_model_is_warned_at_80_percent_and_told_to_converge(
     tmp_path: Path, workspace: Path
 ) -> None:

@@ -9,7 +9,7 @@ a deadline computed from them is a real date). ``None`` means unlimited.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -193,9 +193,12 @@ class Budget:
         value: float | None = getattr(self, _LIMIT_FIELD[dim])
         return value
 
-    def exhausted(self, usage: Usage) -> Dimension | None:
-        """The first dimension whose usage reached its limit, or None."""
-        for dim in Dimension:
+    def exhausted(
+        self, usage: Usage, dimensions: Iterable[Dimension] = tuple(Dimension)
+    ) -> Dimension | None:
+        """The first of ``dimensions`` whose usage reached its limit (used >= limit: a
+        limit of N allows exactly N), or None. The loop's one definition of running out."""
+        for dim in dimensions:
             limit = self.limit(dim)
             if limit is not None and usage.used(dim) >= limit:
                 return dim

@@ -286,14 +286,7 @@ def _decide_waiting(state: RunState, sit: Situation) -> Action:
 
 def _exhausted(state: RunState, dimensions: tuple[Dimension, ...]) -> Commit | None:
     budget = state.options.budget
-    dim = next(
-        (
-            d
-            for d in dimensions
-            if (limit := budget.limit(d)) is not None and state.usage.used(d) >= limit
-        ),
-        None,
-    )
+    dim = budget.exhausted(state.usage, dimensions)
     if dim is None:
         return None
     used = state.usage.used(dim)
