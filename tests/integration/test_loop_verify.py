@@ -158,3 +158,38 @@ def test_without_verifiers_the_run_completes_saying_none_was_configured(
     assert outcome.state.result is not None
     assert "no verifier was configured" in outcome.state.result["evidence_note"]
     assert outcome.evidence == []
+
+
+@pytest.mark.sandboxed
+def test_a_commands_file_changes_bump_the_revision_and_invalidate_an_earlier_pass(
+    tmp_path: Path, workspace: Path
+) -> None:
+    """A verifier that passed before a ``run_command`` changed the files is stale: the
+    command's changes count like an edit's, so it runs again and the evidence is of the
+    files as they are at the end."""
+    outcome, events, _ = drive(
+        tmp_path,
+        workspace,
+        [
+            call("write_file", path="a.txt", content="one\n"),
+            call("request_completion", summary="first try"),
+            call("run_command", argv=["sh", "-c", "echo two > a.txt"]),
+            call("request_completion", summary="second try"),
+        ],
+        mode="auto",
+        verify=["exists=test -s a.txt", "two=grep -q two a.txt"],
+    )
+
+    assert outcome.status is RunStatus.COMPLETED, outcome.stop_reason
+    (command,) = [
+        e for e in events if e.type is EventType.TOOL_FINISHED and e.data["tool"] == "run_command"
+    ]
+    assert command.data["changed_files"] == {"a.txt": command.data["changed_files"]["a.txt"]}
+    assert outcome.state.mutation_revision == 2  # the write, then the command
+    started = [e.data for e in events if e.type is EventType.VERIFICATION_STARTED]
+    assert [s["mutation_revision"] for s in started] == [1, 2]
+    assert started[1]["commands"] == ["test -s a.txt", "grep -q two a.txt"]  # both again
+    assert {r.command: r.mutation_revision for r in outcome.state.validations if r.passed} == {
+        "test -s a.txt": 2,
+        "grep -q two a.txt": 2,
+    }
