@@ -186,3 +186,26 @@ def test_the_grant_ttl_comes_from_the_workspace_config_unless_given(
 
     assert (from_config.options.grant_ttl_s, from_config.options.approval_timeout_s) == (600, 120)
     assert (given.options.grant_ttl_s, given.options.approval_timeout_s) == (30, 45)
+
+
+def test_an_approved_call_that_fails_uses_up_its_grant_so_the_same_call_is_asked_again(
+    workspace: Path, store_url: str
+) -> None:
+    (workspace / "out").mkdir()  # writing a file named "out" fails: it is a directory
+    failing = call("write_file", path="out", content="x\n")
+    model = ScriptedModel([turn(failing), turn(failing), DONE])
+    with Harness(store=store_url, model=model) as h:
+        waiting = h.run("write out", cwd=workspace, mode="ask")
+        assert waiting.status is RunStatus.WAITING
+        h.approve(waiting.id)
+        again = h.resume(waiting.id)
+        events = list(h.events(waiting.id))
+
+        failed = [e for e in events if e.type is EventType.TOOL_FAILED]
+        assert [e.data["call_id"] for e in failed] == ["call_0_0"]
+        assert again.state.grants == {}  # spent by the failed attempt
+        # The same call again (same digest) is not run on the old approval: it waits.
+        assert again.status is RunStatus.WAITING
+        assert again.state.pending is not None and again.state.pending.call_id == "call_1_0"
+        requested = [e for e in events if e.type is EventType.APPROVAL_REQUESTED]
+        assert len(requested) == 2 and requested[0].data["digest"] == requested[1].data["digest"]
