@@ -15,6 +15,9 @@ from keel.models.connections import close_shared_clients
 from keel.sandbox.base import SandboxSettings
 from keel.sandbox.choose import open_sandbox
 
+# A PostgreSQL test that skips while KEEL_TEST_POSTGRES_URL is set fails instead.
+pytest_plugins = ["keel.testing.postgres_gate"]
+
 CALLER_SETTINGS = (
     "OPENAI_API_KEY",
     "OPENAI_BASE_URL",
@@ -30,6 +33,14 @@ CALLER_SETTINGS = (
     "KEEL_MODEL_MAX_WAIT",
     "KEEL_MODEL_TIMEOUT",
     "KEEL_MODEL_MAX_ANSWER_SECONDS",
+    # Tracing is on when an OTLP endpoint is set (keel.runtime.tracing): tests that trace
+    # say where to.
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+    "OTEL_SDK_DISABLED",
+    "OTEL_TRACES_EXPORTER",
 )
 
 
