@@ -40,6 +40,7 @@ from keel.core.middleware import Point
 from keel.core.redact import Redactor, SecretSource
 from keel.core.state import RunState
 from keel.core.text import has_lone_surrogate, valid_data
+from keel.faults import fault_point
 from keel.loop.actions import (
     CallModel,
     Commit,
@@ -54,7 +55,6 @@ from keel.loop.compaction import ContextKeeper
 from keel.loop.context import ContextBudget
 from keel.loop.decide import Gate, Situation, decide
 from keel.loop.failures import PASS_THROUGH, error_kind, error_message, internal_failure
-from keel.loop.faults import fault_point
 from keel.loop.fingerprint import fingerprint, shown_changes
 from keel.loop.middleware import MiddlewareChain
 from keel.loop.middleware_driving import MiddlewareDriving

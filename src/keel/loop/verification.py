@@ -14,7 +14,7 @@ from keel.core.guard import PathGuard
 from keel.core.records import ValidationRecord
 from keel.core.redact import Redactor
 from keel.core.state import RunState
-from keel.loop.faults import fault_point
+from keel.faults import fault_point
 from keel.sandbox.base import Sandbox
 from keel.store.base import Store
 from keel.verify.diff import workspace_diff

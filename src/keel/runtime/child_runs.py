@@ -30,7 +30,7 @@ from keel.core.events import EventType, NewEvent
 from keel.core.records import RunOptions
 from keel.core.state import RunState
 from keel.core.tasks import Task
-from keel.loop.faults import fault_point
+from keel.faults import fault_point
 from keel.runtime import worktrees
 from keel.store.base import Store
 from keel.tools.base import Effect

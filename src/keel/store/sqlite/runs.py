@@ -38,6 +38,7 @@ from keel.core.records import RunOptions
 from keel.core.state import RunState
 from keel.core.status import RunStatus
 from keel.core.text import check_storable
+from keel.faults import fault_point
 from keel.store.base import Artifact, Lease, LeaseHolder, LogCheck
 from keel.store.holders import holder_columns, holder_from_columns
 from keel.store.logcheck import undamaged
@@ -276,12 +277,21 @@ class SQLiteRuns:
                 if head is not None and head[1] != step.base_hash:
                     raise LogDamaged(run_id, expected_seq, _OTHER_HEAD)
                 raise StoreError(f"append to {run_id} refused and no reason found; retry")
+            fault_point("append_head_advanced")
             try:
-                conn.executemany(Q["insert_event"], rows)
+                # The first row alone, then the rest: one more call per step, so a test can
+                # stop the process between a step's events (``append_mid_events``).
+                if rows:
+                    conn.execute(Q["insert_event"], rows[0])
+                    fault_point("append_mid_events")
+                if len(rows) > 1:
+                    conn.executemany(Q["insert_event"], rows[1:])
             except sqlite3.IntegrityError:
                 # The head said expected_seq, yet the database refuses the next seq: a
                 # row Keel did not append is already there.
                 raise LogDamaged(run_id, expected_seq + 1, _NOT_OURS) from None
+            fault_point("append_rows_written")
+        fault_point("append_committed")
         self._remember(state, seq if rewrite else snapshot_seq)
         return state, stored
 

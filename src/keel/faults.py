@@ -1,4 +1,5 @@
-"""Named fault points that tests arm to kill the process at an exact moment.
+"""Named fault points that tests arm to kill the process at an exact moment (any layer:
+the loop, the runtime and the stores call them; this module depends on nothing).
 
 ``KEEL_FAULT=after_tool_started`` (optionally ``name:N`` for the N-th time the
 point is reached) makes the process SIGKILL itself there: no cleanup, no
@@ -21,6 +22,11 @@ POINTS = frozenset(
         "during_verification",  # a verifier ran, the verdict not yet committed
         "before_child_run",  # a spawn made the child's task, not yet its run
         "before_spawn_recorded",  # the child's run exists, subagent_spawned not yet committed
+        # Inside a SQLite append (keel.store.sqlite.runs), in the write transaction:
+        "append_head_advanced",  # the run's head moved to the step's last seq, no event yet
+        "append_mid_events",  # the step's first event written, the others not
+        "append_rows_written",  # every event and the snapshot written, not committed
+        "append_committed",  # the transaction committed
     }
 )
 
