@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from keel.core.events import EventType
 from keel.core.status import RunStatus
@@ -12,6 +16,7 @@ from keel.runtime.harness import Harness
 from keel.store.base import Store
 from keel.store.sqlite.store import SQLiteStore
 from keel.testing import ScriptedModel
+from keel.tools import Effect, Recovery, ToolContext, ToolResult, default_registry, tool
 
 
 class LogCheckingModel:
@@ -94,3 +99,72 @@ def test_a_run_cancelled_mid_step_stops_without_acting(tmp_path: Path) -> None:
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
     assert not [e for e in events if e.type is EventType.TOOL_STARTED]
     store.close()
+
+
+def test_a_write_calls_turn_and_start_are_one_commit_before_the_effect(tmp_path: Path) -> None:
+    """The model's turn is stored in the same transaction as its write's ``tool_started``
+    — both before the effect — and the result in the next: two commits for the step."""
+
+    store = SQLiteStore(tmp_path / "keel.db")
+    seen: list[list[str]] = []
+
+    @tool(effect=Effect.WRITE, recovery=Recovery.MANUAL)
+    def stamp(ctx: ToolContext, text: str) -> ToolResult:
+        """Write a stamp.
+
+        Args:
+            text: what to stamp
+        """
+        seen.append([e.type.value for e in store.read_events(ctx.run_id)])
+        return ToolResult(output=f"stamped {text}")
+
+    registry = default_registry()
+    registry.register(stamp)
+    appended: list[list[str]] = []
+    real_append = store.append_folded
+
+    def counting_append(run_id: str, step: Any, **kw: Any) -> Any:
+        appended.append([e.type.value for e in step.events])
+        return real_append(run_id, step, **kw)
+
+    store.append_folded = counting_append  # type: ignore[method-assign]
+    model = ScriptedModel(
+        [{"tool_calls": [{"name": "stamp", "arguments": {"text": "a"}}]}, {"content": "done"}]
+    )
+    outcome = Harness(store=store, model=model, tools=registry).run("stamp", cwd=tmp_path)
+
+    assert outcome.status is RunStatus.COMPLETED
+    assert seen[0][-3:] == ["model_requested", "model_responded", "tool_started"]
+    step = [kinds for kinds in appended if {"tool_started", "tool_finished"} & set(kinds)]
+    assert len(step) == 2
+    assert step[0][-3:] == ["model_requested", "model_responded", "tool_started"]
+    assert step[1] == ["tool_finished"]
+    store.close()
+
+
+def test_file_writes_are_fsynced_only_when_the_store_fsyncs_its_commits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[int] = []
+    real = os.fsync
+
+    def counting(fd: int) -> None:
+        calls.append(fd)
+        real(fd)
+
+    write = {"tool_calls": [{"name": "write_file", "arguments": {"path": "a.txt", "content": "x"}}]}
+    counts = {}
+    for mode in ("normal", "full"):
+        (tmp_path / mode).mkdir()
+        model = ScriptedModel([write, {"content": "done"}])
+        url = f"sqlite:///{tmp_path / mode / 'keel.db'}?synchronous={mode}"
+        with Harness(store=url, model=model) as harness:
+            assert harness.store.fsyncs_commits is (mode == "full")
+            monkeypatch.setattr(os, "fsync", counting)
+            outcome = harness.run("write", cwd=tmp_path / mode)
+            monkeypatch.setattr(os, "fsync", real)
+        assert outcome.status is RunStatus.COMPLETED
+        counts[mode] = len(calls)
+        calls.clear()
+    # FULL: the file and its directory (SQLite's own fsyncs do not go through os.fsync).
+    assert counts == {"normal": 0, "full": 2}

@@ -196,7 +196,8 @@ ALLOWED = (
         (
             "---\n- description\n---\nb\n",
             f"{SOURCE}:2: the front matter must be a mapping of keys (description, model, "
-            "tools, mode, workspace, budget, verify, output, on_failure, version, outcome), got a list",
+            "tools, mode, workspace, budget, verify, output, on_failure, version, outcome), "
+            "got a list",
         ),
         (
             "---\ndescription: [a, b]\n---\nb\n",

@@ -169,8 +169,12 @@ class Driver:
     def run_id(self) -> str:
         return self.state.run_id
 
-    def _is_read(self, name: str) -> bool:
-        return name in self.registry and self.registry.get(name).effect is Effect.READ
+    def _committed_first(self, name: str) -> bool:
+        """A read, or a call whose start is committed before its effect (``_run_tool``)."""
+        if name not in self.registry:
+            return False
+        effect = self.registry.get(name).effect
+        return effect is Effect.READ or effect.value in SIDE_EFFECTS
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -381,7 +385,7 @@ class Driver:
         self._learn_written_secrets(valid.tool_calls)
         self.commit(
             [requested, *after_model(self.state, turn, elapsed_s=elapsed), *decided],
-            defer=not decided and replay_safe(valid, self._is_read),
+            defer=not decided and replay_safe(valid, self._committed_first),
         )
 
     def _request(self, action: CallModel) -> ModelRequest:
@@ -462,6 +466,7 @@ class Driver:
             delegation=self.delegation,
             record=self._record_mid_call,
             should_stop=self.should_stop,
+            fsync=self.store.fsyncs_commits,
         )
 
     def _record_mid_call(self, events: Sequence[NewEvent]) -> None:

@@ -120,13 +120,17 @@ def retry_event(notice: RetryNotice) -> NewEvent:
     )
 
 
-def replay_safe(turn: ModelTurn, is_read: Callable[[str], bool]) -> bool:
+def replay_safe(turn: ModelTurn, committed_first: Callable[[str], bool]) -> bool:
     """Whether recording ``turn`` may wait for the next durable commit: only when its
-    calls all run and only read, so losing it to a crash just asks the model again."""
+    calls all run and each is one the driver commits before anything happens —
+    a read (nothing happens), or a call whose ``tool_started`` is committed before its
+    effect (a write, a command, an external call). So the turn is stored, at the
+    latest, in the same transaction as the first call's start; a crash before that loses
+    only the turn, and the resume asks the model again (nothing was done)."""
     return (
         calls_run(turn.finish_reason)
         and bool(turn.tool_calls)
-        and all(is_read(call.name) for call in turn.tool_calls)
+        and all(committed_first(call.name) for call in turn.tool_calls)
     )
 
 

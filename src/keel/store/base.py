@@ -107,6 +107,9 @@ class Store(Protocol):
     """Authoritative state of runs, events, artifacts and tasks."""
 
     url: str
+    # Whether a commit is on disk when it returns (an fsync per commit), not only safe
+    # from a crash of the process. Tools write files as durably as the store commits.
+    fsyncs_commits: bool
 
     # --- runs and events -----------------------------------------------------------
 

@@ -85,6 +85,7 @@ class ToolContext:
     delegation: Any = None  # a keel.tools.delegation.Delegation; None: no children here
     record: Callable[[Sequence[NewEvent]], None] | None = None
     should_stop: Callable[[], bool] | None = None  # the process is stopping (graceful)
+    fsync: bool = True  # file writes reach the disk (as the run's store commits: fsyncs_commits)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

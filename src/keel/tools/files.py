@@ -183,7 +183,7 @@ def write_file(
 ) -> ToolResult:
     """Create or overwrite a file with the given content; missing parent directories are made."""
     data = encode_text(content, "content")
-    rel, existed = replace_in_workspace(ctx.workspace, path, data, ctx.guard)
+    rel, existed = replace_in_workspace(ctx.workspace, path, data, ctx.guard, fsync=ctx.fsync)
     verb = "overwrote" if existed else "created"
     shown = shown_path(rel)
     return ToolResult(
@@ -242,7 +242,7 @@ def edit_file(
     refuse_protected(path, rel, ctx.guard)
     new, line = apply_edit(rel, text, old_text, new_text)
     data = encode_edited(new)
-    rel, _ = replace_in_workspace(ctx.workspace, path, data, ctx.guard)
+    rel, _ = replace_in_workspace(ctx.workspace, path, data, ctx.guard, fsync=ctx.fsync)
     shown = shown_path(rel)
     return ToolResult(
         output=f"edited {shown}: replaced 1 occurrence at line {line}",

@@ -118,21 +118,28 @@ def write_target(workspace: Path, path: str, guard: PathGuard) -> str:
 
 
 def replace_in_workspace(
-    workspace: Path, path: str, data: bytes, guard: PathGuard
+    workspace: Path, path: str, data: bytes, guard: PathGuard, *, fsync: bool = True
 ) -> tuple[str, bool]:
     """Write ``data`` to ``path`` atomically; (real workspace-relative path, it existed before).
 
     The file is created next to its target with ``O_EXCL | O_NOFOLLOW`` and renamed
-    over it within the parent's descriptor, after an fsync; an existing file keeps
-    its mode; missing parent directories are made by descriptor. Refusals as in
-    ``write_target``; an OS error becomes a ToolError naming the path.
+    over it within the parent's descriptor; an existing file keeps its mode; missing
+    parent directories are made by descriptor. Refusals as in ``write_target``; an OS
+    error becomes a ToolError naming the path.
+
+    ``fsync`` (``ToolContext.fsync``: as the store commits) syncs the data before the
+    rename and the directory after it, so the new content survives a power loss. Without
+    it the rename is still atomic for every process: a reader sees the old file or the
+    new one, and a power loss — which may also take the store's last commits — leaves the
+    old content or the new, which a resumed run checks (``effect_happened``) before it
+    goes on.
     """
     with WorkspaceRoot(workspace) as root, root.locate(path) as spot:
         _check_file_target(path, spot)
         refuse_protected(path, spot.rel, guard)
         try:
             with root.parent_for_write(spot) as parent:
-                existed = _replace(parent, spot.tail[-1], data)
+                existed = _replace(parent, spot.tail[-1], data, fsync=fsync)
         except OSError as exc:
             raise ToolError(f"cannot write {path!r}: {exc.strerror or exc}") from None
         return spot.rel, existed
@@ -201,8 +208,9 @@ def _check_file_target(path: str, spot: Spot) -> None:
         raise ToolError(f"path {path!r} is a directory; give a file path")
 
 
-def _replace(dir_fd: int, name: str, data: bytes) -> bool:
-    """Atomically put ``data`` at ``name`` in ``dir_fd``; True when a file was there."""
+def _replace(dir_fd: int, name: str, data: bytes, *, fsync: bool = True) -> bool:
+    """Atomically put ``data`` at ``name`` in ``dir_fd``; True when a file was there. With
+    ``fsync``, durable on disk too (the data before the rename, the directory after)."""
     # The temporary name stays within NAME_MAX bytes whatever ``name`` is made of.
     tmp = f".{os.fsdecode(os.fsencode(name)[:200])}.keel-{uuid.uuid4().hex[:8]}.tmp"
     fd = os.open(tmp, CREATE_FLAGS, 0o666, dir_fd=dir_fd)
@@ -216,7 +224,8 @@ def _replace(dir_fd: int, name: str, data: bytes) -> bool:
                 old = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
             if old is not None and stat.S_ISREG(old.st_mode):
                 os.fchmod(fd, stat.S_IMODE(old.st_mode))
-            os.fsync(fd)
+            if fsync:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
@@ -224,6 +233,8 @@ def _replace(dir_fd: int, name: str, data: bytes) -> bool:
         with contextlib.suppress(OSError):
             os.unlink(tmp, dir_fd=dir_fd)
         raise
+    if not fsync:
+        return old is not None
     with contextlib.suppress(OSError):  # make the rename itself durable
         dfd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
         try:

@@ -35,6 +35,7 @@ class PostgresStore(PostgresService, PostgresTasks):
             self._db.close()
             raise
         self.url = url
+        self.fsyncs_commits = True  # the server's synchronous_commit (on by default)
         self._init_runs()
         self._work_seen = threading.local()
 

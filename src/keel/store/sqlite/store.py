@@ -30,6 +30,7 @@ class SQLiteStore(SQLiteService, SQLiteTasks):
             raise
         self.path = self._db.path
         self.url = "sqlite:///" + str(self.path)
+        self.fsyncs_commits = synchronous == "full"
         self._init_runs()
 
     def wait_for_work(self, timeout: float) -> bool:
