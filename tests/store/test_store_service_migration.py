@@ -114,7 +114,7 @@ def test_old_runs_survive_0005_with_no_creator_and_page_with_new_ones(
         store = open_store(url)  # applies 0005
         try:
             applied = conn.execute("SELECT version FROM schema_migrations ORDER BY version")
-            assert [v for (v,) in applied.fetchall()] == [1, 2, 3, 4, 5]
+            assert [v for (v,) in applied.fetchall()][:5] == [1, 2, 3, 4, 5]  # and later ones
             assert store.load_run(old.run_id) == old
             assert store.verify_log(old.run_id).intact
             creator = conn.execute("SELECT creator FROM runs").fetchall()

@@ -32,6 +32,7 @@ from keel.core.errors import LogDamaged
 from keel.core.events import Event, NewEvent
 from keel.core.records import RunOptions
 from keel.core.state import RunState
+from keel.core.stats import RunStats
 from keel.core.status import RunStatus
 from keel.core.tasks import Task, TaskEvent, TaskStatus
 from keel.store.step import FoldedStep
@@ -218,6 +219,19 @@ class Store(Protocol):
 
     def wait_for_events(self, run_id: str, *, after: int, timeout: float) -> bool:
         """Block until the run has an event after ``after`` or ``timeout`` passes."""
+        ...
+
+    def run_stats(
+        self,
+        *,
+        since: datetime | None = None,
+        model: str | None = None,
+        run_id: str | None = None,
+    ) -> RunStats:
+        """Usage figures of the runs created at or after ``since``, whose model spec is
+        ``model``, or of the one run ``run_id`` (filters combine; none: every run),
+        aggregated in the database from the runs' own events (``keel.core.stats`` says
+        what each figure counts). RunNotFound for an unknown ``run_id``."""
         ...
 
     # --- run leases ----------------------------------------------------------------

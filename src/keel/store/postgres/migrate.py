@@ -16,6 +16,7 @@ from keel.core.errors import StoreError
 from keel.store.migrate import Migration, discover, migrate, script_parts
 from keel.store.postgres.connection import Database
 from keel.store.postgres.log import chain_existing_events
+from keel.store.postgres.stats import backfill_event_figures
 
 __all__ = ["PostgresMigrations", "discover", "migrate"]
 
@@ -23,6 +24,7 @@ MIGRATION_LOCK: Final = 0x6B65656C  # "keel": serialises migrations across proce
 
 PYTHON_STEPS: dict[str, Callable[[psycopg.Connection[Any]], None]] = {
     "chain_existing_events": chain_existing_events,
+    "backfill_event_figures": backfill_event_figures,
 }
 
 CREATE_TABLE: Final = """

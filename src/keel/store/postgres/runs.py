@@ -44,6 +44,7 @@ from keel.store.postgres import log
 from keel.store.postgres.connection import Database
 from keel.store.postgres.listener import Listener
 from keel.store.sql import load_queries
+from keel.store.stats import figure_columns, figure_rows
 from keel.store.step import (
     FoldedStep,
     artifact_id,
@@ -173,6 +174,7 @@ class PostgresRuns:
                 "event_id": event.event_id,
                 "data": data_text,
                 "hash": event.hash,
+                "spec": figure_rows([event], options.model)[0][4],
             }
             try:
                 with self._db.connection() as conn:
@@ -255,6 +257,7 @@ class PostgresRuns:
             "ats": [e.recorded_at for e in step.events],
             "datas": step.texts,
             "hashes": [e.hash for e in step.events],
+            **figure_columns(figure_rows(step.events, state.options.model)),
         }
         try:
             with self._db.connection() as conn, conn.pipeline():

@@ -11,6 +11,10 @@ WITH run AS (
             %(key)s, %(snapshot)s, 1, %(hash)s, %(at)s, %(at)s, %(creator)s)
     ON CONFLICT DO NOTHING
     RETURNING id
+),
+figures AS (  -- the run's row for `keel stats` (keel.store.stats.figure_rows)
+    INSERT INTO event_figures (run_id, seq, item, kind, name, ok)
+    SELECT run.id, 1, 0, 'run', %(spec)s, true FROM run
 )
 INSERT INTO events (run_id, seq, event_id, type, recorded_at, data, hash)
 SELECT run.id, 1, %(event_id)s, 'run_created', %(at)s, %(data)s::json, %(hash)s FROM run
@@ -48,6 +52,15 @@ WITH head AS (
       AND (%(token)s::text IS NULL
            OR (lease_token = %(token)s AND lease_expires_at > now()))
     RETURNING id
+),
+figures AS (  -- the step's rows for `keel stats` (keel.store.stats.figure_rows)
+    INSERT INTO event_figures (run_id, seq, item, kind, name, ok, elapsed_s, input_tokens,
+                               cached_input_tokens, output_tokens, reasoning_tokens, cost)
+    SELECT head.id, f.*
+    FROM head, unnest(%(f_seqs)s::bigint[], %(f_items)s::integer[], %(f_kinds)s::text[],
+                      %(f_names)s::text[], %(f_oks)s::boolean[], %(f_elapsed)s::float8[],
+                      %(f_input)s::bigint[], %(f_cached)s::bigint[], %(f_output)s::bigint[],
+                      %(f_reasoning)s::bigint[], %(f_costs)s::float8[]) AS f
 )
 INSERT INTO events (run_id, seq, event_id, type, recorded_at, data, hash)
 SELECT head.id, e.seq, e.event_id, e.type, e.recorded_at, e.data::json, e.hash

@@ -16,10 +16,11 @@ import threading
 from keel.store.postgres.connection import Database, redacted
 from keel.store.postgres.migrate import PostgresMigrations, discover, migrate
 from keel.store.postgres.service import PostgresService
+from keel.store.postgres.stats import PostgresStats
 from keel.store.postgres.tasks import PostgresTasks
 
 
-class PostgresStore(PostgresService, PostgresTasks):
+class PostgresStore(PostgresService, PostgresTasks, PostgresStats):
     """The ``Store`` protocol over a PostgreSQL database named by a ``postgresql://`` URL.
 
     Opening migrates the database to the newest schema (``SchemaTooNew`` if a newer

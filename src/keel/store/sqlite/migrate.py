@@ -13,6 +13,7 @@ from keel.core.errors import StoreCorrupt, StoreError
 from keel.store.migrate import Migration, discover, migrate, script_parts
 from keel.store.sqlite.connection import Database
 from keel.store.sqlite.log import chain_existing_events
+from keel.store.sqlite.stats import backfill_event_figures
 
 __all__ = ["Migration", "SQLiteMigrations", "discover", "migrate", "split_statements"]
 
@@ -37,6 +38,7 @@ def _only_comments(text: str) -> bool:
 
 PYTHON_STEPS: dict[str, Callable[[sqlite3.Connection], None]] = {
     "chain_existing_events": chain_existing_events,
+    "backfill_event_figures": backfill_event_figures,
 }
 
 CREATE_TABLE = """

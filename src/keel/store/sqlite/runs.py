@@ -45,6 +45,7 @@ from keel.store.logcheck import undamaged
 from keel.store.sql import load_queries
 from keel.store.sqlite import log
 from keel.store.sqlite.connection import Database
+from keel.store.stats import figure_rows
 from keel.store.step import (
     FoldedStep,
     artifact_id,
@@ -182,6 +183,7 @@ class SQLiteRuns:
                 Q["insert_event"],
                 (run_id, 1, event.event_id, event.type.value, now_text, data_text, event.hash),
             )
+            conn.executemany(Q["insert_figures"], figure_rows([event], options.model))
         self._remember(state, 1)
         return state
 
@@ -240,6 +242,7 @@ class SQLiteRuns:
             if e.recorded_at is not at:  # a step's events share one time: format it once
                 at, at_text = e.recorded_at, chain_time(e.recorded_at)
             rows.append((run_id, e.seq, e.event_id, e.type.value, at_text, text, e.hash))
+        figures = figure_rows(stored, state.options.model)  # what `keel stats` reads
         # The snapshot is rewritten on every status change and every SNAPSHOT_EVERY events;
         # readers fold the few events after it, so an append stays O(new events).
         rewrite = state.status is not step.base_status or seq - snapshot_seq >= SNAPSHOT_EVERY
@@ -290,6 +293,8 @@ class SQLiteRuns:
                 # The head said expected_seq, yet the database refuses the next seq: a
                 # row Keel did not append is already there.
                 raise LogDamaged(run_id, expected_seq + 1, _NOT_OURS) from None
+            if figures:
+                conn.executemany(Q["insert_figures"], figures)
             fault_point("append_rows_written")
         fault_point("append_committed")
         self._remember(state, seq if rewrite else snapshot_seq)

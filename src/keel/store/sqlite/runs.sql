@@ -114,3 +114,9 @@ SELECT id, run_id, name, size, created_at FROM artifacts WHERE id = ?
 
 -- name: artifact_with_content
 SELECT id, run_id, name, size, created_at, content FROM artifacts WHERE id = ?
+
+-- name: insert_figures
+-- A step's rows for `keel stats` (keel.store.stats.figure_rows), with its events.
+INSERT INTO event_figures (run_id, seq, item, kind, name, ok, elapsed_s, input_tokens,
+                           cached_input_tokens, output_tokens, reasoning_tokens, cost)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)

@@ -8,12 +8,13 @@ from pathlib import Path
 from keel.store.sqlite.connection import Database
 from keel.store.sqlite.migrate import SQLiteMigrations, discover, migrate
 from keel.store.sqlite.service import SQLiteService
+from keel.store.sqlite.stats import SQLiteStats
 from keel.store.sqlite.tasks import SQLiteTasks
 
 WORK_POLL_S = 0.1
 
 
-class SQLiteStore(SQLiteService, SQLiteTasks):
+class SQLiteStore(SQLiteService, SQLiteTasks, SQLiteStats):
     """The ``Store`` protocol over one SQLite file (see ``connection`` for durability).
 
     Opening migrates the file to the newest schema; a file that is not a Keel
