@@ -46,11 +46,12 @@ from keel.cli.tree import (
     waiting_descendants,
     waiting_entry,
 )
-from keel.core.budget import Dimension, Usage
+from keel.core.budget import MAX_COUNT, Dimension, Usage
 from keel.core.errors import LogDamaged, RunNotFound
 from keel.core.events import Event, EventType
 from keel.core.state import RunState
 from keel.core.status import RunStatus
+from keel.core.tags import has_tags, parse_tag_filter
 from keel.core.verifiers import evidence_map
 from keel.store.base import Store, iter_all_events
 from keel.store.url import open_store
@@ -86,6 +87,9 @@ def runs_command(
         None, "--status", case_sensitive=False, help="Only runs in this status."
     ),
     limit: int = typer.Option(100, "--limit", min=1, help="At most this many runs."),
+    tag: list[str] = typer.Option(
+        [], "--tag", help="Only runs tagged KEY=VALUE (repeatable: every one must match)."
+    ),
     tree: bool = typer.Option(
         False,
         "--tree",
@@ -96,11 +100,17 @@ def runs_command(
     store: str | None = StoreOption,
 ) -> None:
     """List runs, newest first (a run whose event log is damaged is marked so)."""
+    if tree and tag:
+        fail("--tag does not combine with --tree: list the tagged runs, then show one")
     if tree:
         runs_tree(status, limit, as_json, store)
         return
     with reading(store) as st:
-        runs = st.survey_runs(status=status, limit=limit)
+        runs = (
+            tagged_runs(st, status, limit, tag)
+            if tag
+            else st.survey_runs(status=status, limit=limit)
+        )
     if as_json:
         print_json([run_summary(r) for r in runs])
         return
@@ -127,6 +137,17 @@ def runs_command(
         )
     console.print(table)
     note_damaged(runs)
+
+
+def tagged_runs(
+    st: Store, status: RunStatus | None, limit: int, tags: Sequence[str]
+) -> list[RunState | LogDamaged]:
+    """The newest ``limit`` runs carrying every tag (``KEY=VALUE``); every run is read, as
+    tags live in the options (a run whose log is damaged cannot show its tags: left out)."""
+    wanted = dict(parse_tag_filter(text) for text in tags)
+    every = st.survey_runs(status=status, limit=MAX_COUNT)
+    found = [r for r in every if isinstance(r, RunState) and has_tags(r.options.tags, wanted)]
+    return list(found[:limit])
 
 
 def runs_tree(status: RunStatus | None, limit: int, as_json: bool, store: str | None) -> None:

@@ -52,6 +52,8 @@ class RunOptions:
     verifier_names: tuple[str, ...] | None = None  # each verify command's name, in order
     signoffs: tuple[str, ...] = ()  # people who must sign off (``--verify-human NAME``)
     outcome: str | None = None  # what a completed run's result declares it to be
+    # --- tags (``keel.core.tags``: suite, case, ... of ``keel eval``); stored only when set ---
+    tags: dict[str, str] | None = None
 
     def verifier_name(self, command: str) -> str:
         """The name ``command``'s evidence is filed under (its command line if unnamed)."""
@@ -96,6 +98,7 @@ class RunOptions:
             "follows",
             "context_tokens",
             "outcome",
+            "tags",
         ):
             value = getattr(self, key)
             if value is not None:
@@ -132,6 +135,7 @@ class RunOptions:
             ),
             signoffs=tuple(d.get("signoffs", ())),
             outcome=d.get("outcome"),
+            tags=None if d.get("tags") is None else dict(d["tags"]),
         )
 
     @property

@@ -20,6 +20,7 @@ from keel.core.events import Event
 from keel.core.records import RunOptions
 from keel.core.state import RunState
 from keel.core.status import RunStatus
+from keel.core.tags import check_tags
 from keel.core.verifiers import check_outcome, check_signoffs, evidence_map, named_verifiers
 from keel.loop.driver import DeltaSink, Driver, EventSink, LeaseGuard
 from keel.loop.middleware import Middleware
@@ -195,6 +196,7 @@ class Harness:
         tools: Sequence[str] | None = None,
         context_tokens: int | None = None,
         context_summary: bool = False,
+        tags: Mapping[str, str] | None = None,
     ) -> RunState:
         """Record a new run (``queued`` for a worker, else ready to execute here).
 
@@ -225,6 +227,9 @@ class Harness:
         (default ``task_completed``). Bad names are a ConfigError, before anything is
         stored.
 
+        ``tags`` label the run (``keel.core.tags``: lowercase keys, text values), stored
+        in its options for ``keel runs --tag KEY=VALUE``; a bad one is a ConfigError.
+
         ``workspace_git`` (``URL[@REF]``) makes the run's workspace a checkout of that
         git source made by whichever process executes it (``keel.runtime.git_source``);
         ``cwd`` is then only where the configuration and policy are read.
@@ -245,6 +250,7 @@ class Harness:
         check_seconds("grant_ttl", grant_ttl)
         check_context_tokens("context_tokens", context_tokens)
         check_outcome(outcome)
+        run_tags = check_tags(tags)
         verify, verifier_names = named_verifiers(verify)
         signoffs = check_signoffs(verify_human, verifier_names or verify)
         if record is not None:
@@ -323,6 +329,7 @@ class Harness:
             verifier_names=verifier_names,
             signoffs=signoffs,
             outcome=outcome,
+            tags=run_tags,
         )
         return self.store.create_run(
             goal=redactor.scrub_text(goal),
