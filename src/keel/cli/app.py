@@ -8,6 +8,7 @@ from keel.cli import (
     agents,
     artifacts,
     demo,
+    evals,
     gc,
     mcp,
     run,
@@ -43,6 +44,7 @@ steering.register(app)
 skills.register(app)
 mcp.register(app)
 artifacts.register(app)
+evals.register(app)
 
 
 def main() -> None:
