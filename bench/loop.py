@@ -1,27 +1,47 @@
 """The agent loop's cost per durable step: Keel on SQLite next to LangGraph's SQLite checkpointer.
 
-One workload for both: N steps of (model turn -> one tool call -> its result), then a
-final answer. The model is scripted (deterministic turns, no network) and the tool is a
-no-op read, so what is measured is the harness: deciding, recording, persisting.
+Two workloads, each on every system: N steps of (model turn -> one tool call -> its
+result), then a final answer. The model is scripted (deterministic turns, no network).
 
-- Keel: ``Harness`` on a SQLite file (WAL, synchronous=NORMAL, the default store); each
-  step's events are committed before the next step starts.
-  ``synchronous_full`` repeats it with ``?synchronous=full`` (an fsync per commit).
-- LangGraph: a two-node StateGraph (model -> tool -> model ...) compiled with
-  ``SqliteSaver``, invoked with ``durability="sync"`` so each step is persisted before
-  the next (Keel's guarantee); with the default ``operator.add`` message channel and,
-  if the installed version has it, with ``DeltaChannel``. Plain variants use the
-  connection as ``SqliteSaver.from_conn_string`` opens it (rollback journal, fsync per
-  commit); ``_wal`` variants put it in Keel's WAL/NORMAL mode, so only the harness differs.
+- read: a no-op read tool (``noop``), so what is measured is the harness: deciding,
+  recording, persisting;
+- write: Keel's built-in ``write_file`` writing a new small file per step (tool_started
+  committed before the effect, the effect, the result); in LangGraph's tool node the
+  same write by the same function, with the same fsync of the file (only where the
+  store fsyncs its commits, as Keel does: bench/loop_langgraph.py).
 
-Per N (50, 200, 1000): ms per step (total / N; Keel: best of ``--repeat`` runs), CPU ms
-per step (the machine may be shared), the mean of the first and last 50 steps (Keel),
-bytes stored per step (database file growth after a WAL checkpoint, / N), and
-Keel's peak traced memory. Resume: in a fresh process, the time to rebuild the N=1000
-run from its store (Keel: open store, load state, rebuild the model's transcript;
-LangGraph: open saver, ``get_state``), and for Keel the whole resume of a run waiting
-for an answer (lease, rebuild, one more step to completion) — interpreter start and
-imports excluded.
+Systems: Keel (``Harness`` on a SQLite file); LangGraph (bench/loop_langgraph.py: a
+two-node StateGraph with ``SqliteSaver``, ``durability="sync"``), with the default
+``operator.add`` message channel and, if the installed version has it, ``DeltaChannel``.
+
+Fairness. Every system gets the same warm-up (one untimed run of ``WARMUP_STEPS`` per
+workload) and the same ``--repeat`` timed runs per N, alternated run by run (ABC, BCA,
+CAB ...), each on a fresh file; each figure is reported as median and best. Ratios are
+printed only between equal durability settings (bench/_common.py ``PAIRS``), read back
+from the connections and reported under ``durability``:
+
+- ``wal_normal``: WAL, synchronous=NORMAL on both sides (Keel's default store; the
+  saver's connection put in WAL/NORMAL);
+- ``wal_full``: WAL, synchronous=FULL (an fsync of the WAL at every commit) on both
+  sides (Keel ``?synchronous=full``; SqliteSaver as it ships: its setup() switches to
+  WAL and SQLite's default is FULL).
+
+Per pair, workload and N (``--sizes`` 50, 200, 1000): ms per step (total / N), CPU ms
+per step (the machine may be shared), the mean ms per step of the first and of the last
+50 steps (flatness), bytes stored per step (file growth after a WAL checkpoint, / N),
+and ``keel_speedup`` (LangGraph / Keel, median against median and best against best).
+``writes_per_step``: commits per step on both sides, counted the same way in separate
+untimed runs (every COMMIT SQLite runs on the system's connections: bench/_common.py
+``SqlCommits``), and for LangGraph the saver's checkpoint writes (``put``, ``put_writes``).
+
+Resume (``resume``): in a fresh process, interpreter start and imports excluded, the
+same work on both sides for the largest N of the read workload (WAL/NORMAL): open the
+store and rebuild the state the next step needs. Keel: ``open_store``, ``load_run``
+(the folded state) and ``recent_transcript`` (the messages the next request is built
+from); LangGraph: connect, ``SqliteSaver`` and its setup, then ``get_state`` (the latest
+checkpoint's channel values, every message); compiling the graph is timed apart and
+not counted. Also Keel's whole resume of a run waiting for an answer (lease, rebuild,
+one more step to completion), Keel alone. Keel's peak traced memory (read workload).
 
 Context build (``context_build``): for a Keel run of ``--context-events`` events (10,000)
 in a small context (``context_tokens`` 4,000, so it holds many ``context_compacted``
@@ -31,7 +51,8 @@ compaction (``recent_transcript``), build the request's messages (``build_messag
 check whether it must compact (``plan_compaction``) — and of what a running driver does
 before every request (the last two only). Target: at most 10 ms.
 
-    .venv/bin/python bench/loop.py [--sizes 50,200,1000] [--no-langgraph] [--context-events N]
+    .venv/bin/python bench/loop.py [--sizes 50,200,1000] [--repeat 5] [--no-langgraph]
+        [--context-events N]
     .venv/bin/python bench/loop.py --context-only   # the context build alone
     .venv/bin/python bench/loop.py --middleware-only   # 5 no-op middleware against none
 
@@ -43,8 +64,8 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import operator
-import sqlite3
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -52,7 +73,18 @@ import time
 import tracemalloc
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated, Any, TypedDict
+from typing import Any
+
+from _common import PAIRS, SqlCommits, db_bytes, durability_of, flatness, ratio, rotated, summary
+from loop_langgraph import (
+    as_shipped,
+    files_fsynced,
+    langgraph_rebuild_child,
+    langgraph_run,
+    langgraph_saver,
+    variants,
+    write_arguments,
+)
 
 from keel.core.budget import Budget
 from keel.core.events import Event, EventType
@@ -67,19 +99,14 @@ from keel.runtime.harness import Harness
 from keel.store.url import open_store
 from keel.tools.base import Effect, ToolContext, ToolResult, tool
 from keel.tools.control import ask_user
+from keel.tools.files import write_file
 from keel.tools.registry import ToolRegistry
 
-try:  # the peer: pip install -e '.[bench]'
-    from langgraph.checkpoint.sqlite import SqliteSaver
-    from langgraph.graph import END, START, StateGraph
-except ImportError:  # pragma: no cover
-    StateGraph = None
-try:  # DeltaChannel arrived in later langgraph releases
-    from langgraph.channels import DeltaChannel
-except ImportError:  # pragma: no cover
-    DeltaChannel = None
-
-WINDOW = 50  # steps averaged at the start and the end of a run
+WORKLOADS = {
+    "read": "N x (model turn -> noop read tool -> result)",
+    "write": "N x (model turn -> write_file of a new ~60-byte file -> result)",
+}
+WARMUP_STEPS = 50  # one untimed run per system and workload before any timed run
 CONTEXT_TOKENS = 4_000  # the context of the context-build run: it compacts often
 CONTEXT_REPEAT = 101  # repetitions of the context build (the median is reported)
 NO_USAGE = TokenUsage(input_tokens=0, output_tokens=0)
@@ -96,15 +123,22 @@ def noop(ctx: ToolContext, i: int) -> ToolResult:
 
 
 class StepModel:
-    """Scripted turns made on demand: step i calls noop(i); step N finishes (or asks)."""
+    """Scripted turns made on demand: step i calls noop(i) (the write workload:
+    write_file of notes/i.txt); step N finishes (or asks)."""
 
-    def __init__(self, steps: int, *, ask_at_end: bool = False) -> None:
+    def __init__(self, steps: int, *, ask_at_end: bool = False, workload: str = "read") -> None:
         self.spec = f"scripted:bench-{steps}"
         self.steps = steps
         self.ask_at_end = ask_at_end
+        self.workload = workload
 
     def complete(self, request: ModelRequest) -> ModelTurn:
         step = request.step
+        if step < self.steps and self.workload == "write":
+            arguments = json.dumps(write_arguments(step))
+            return self._turn(
+                None, (ToolCall(id=f"call_{step}", name="write_file", arguments=arguments),)
+            )
         if step < self.steps:
             call = ToolCall(id=f"call_{step}", name="noop", arguments=json.dumps({"i": step}))
             return self._turn(None, (call,))
@@ -117,26 +151,25 @@ class StepModel:
         return ModelTurn(content=content, tool_calls=calls, usage=NO_USAGE, cost=0.0, model="b")
 
 
-def bench_registry() -> ToolRegistry:
-    return ToolRegistry([noop, ask_user])
-
-
-def db_bytes(path: Path) -> int:
-    """The database file's size once its WAL is folded in."""
-    conn = sqlite3.connect(path)
-    try:
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    finally:
-        conn.close()
-    return path.stat().st_size
+def bench_registry(*, write: bool = False) -> ToolRegistry:
+    """The read workload's tools; ``write``: with the built-in ``write_file`` as well."""
+    return ToolRegistry([noop, ask_user, *([write_file] if write else [])])
 
 
 # --- Keel ----------------------------------------------------------------------------------
 
 
 def keel_run(
-    steps: int, folder: Path, *, ask_at_end: bool = False, query: str = ""
+    steps: int,
+    folder: Path,
+    *,
+    ask_at_end: bool = False,
+    query: str = "",
+    workload: str = "read",
+    counter: SqlCommits | None = None,
 ) -> tuple[dict[str, Any], str]:
+    """One timed run on a fresh file in ``folder``; with ``counter`` (a ``SqlCommits``
+    watching since before the store opened), the run's commits are counted instead."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"keel-{steps}.db"
     marks: list[float] = []
@@ -147,33 +180,34 @@ def keel_run(
 
     harness = Harness(
         store=f"sqlite:///{path}{query}",
-        model=StepModel(steps, ask_at_end=ask_at_end),
-        tools=bench_registry(),
+        model=StepModel(steps, ask_at_end=ask_at_end, workload=workload),
+        tools=bench_registry(write=workload == "write"),
         on_event=on_event,
     )
     with harness:
         empty = db_bytes(path)
         budget = Budget(max_steps=2 * steps + 10, max_tool_calls=2 * steps + 10)
+        commits = counter.commits if counter is not None else 0
         gc.collect()
         started, cpu = time.perf_counter(), time.process_time()
         outcome = harness.run("benchmark", cwd=folder, budget=budget)
         elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+        commits = counter.commits - commits if counter is not None else 0
         expected = "waiting" if ask_at_end else "completed"
         assert outcome.status.value == expected, (outcome.status, outcome.stop_reason)
         assert outcome.state.usage.tool_calls == steps
+    if workload == "write":
+        assert len(list((folder / "notes").iterdir())) == steps
+    if counter is not None:
+        return {"commits_per_step": round(commits / steps, 2)}, outcome.id
     stored = db_bytes(path) - empty
     result = {
         "ms_per_step": round(elapsed / steps * 1000, 4),
         "cpu_ms_per_step": round(cpu / steps * 1000, 4),
-        "first_steps_ms": _window_ms(marks[: WINDOW + 1]),
-        "last_steps_ms": _window_ms(marks[-(WINDOW + 1) :]),
+        **flatness(marks),
         "bytes_per_step": round(stored / steps),
     }
     return result, outcome.id
-
-
-def _window_ms(marks: Sequence[float]) -> float:
-    return round((marks[-1] - marks[0]) / (len(marks) - 1) * 1000, 4)
 
 
 def keel_peak_memory_kib(steps: int, folder: Path) -> float:
@@ -193,17 +227,26 @@ def keel_peak_memory_kib(steps: int, folder: Path) -> float:
     return round(peak / 1024, 1)
 
 
-def keel_resume_child(db: str, run_id: str, steps: int) -> dict[str, float]:
-    """In a fresh process: rebuild the run, then resume it to completion (timed apart)."""
+def keel_rebuild_child(db: str, run_id: str) -> dict[str, float]:
+    """In a fresh process: open the store and rebuild the state the next step needs (the
+    folded state, and the transcript the next model request is built from)."""
     t0 = time.perf_counter()
     store = open_store(f"sqlite:///{db}")
     opened = time.perf_counter()
     state = store.load_run(run_id)
     transcript = recent_transcript(store, state)
-    rebuilt = time.perf_counter()
+    loaded = time.perf_counter()
     assert state.status.value == "waiting" and transcript.messages
     store.close()
+    return {
+        "rebuild_ms": round((loaded - t0) * 1000, 3),
+        "open_ms": round((opened - t0) * 1000, 3),
+        "load_ms": round((loaded - opened) * 1000, 3),
+    }
 
+
+def keel_resume_child(db: str, run_id: str, steps: int) -> dict[str, float]:
+    """In a fresh process: answer the waiting run and resume it to completion."""
     harness = Harness(
         store=f"sqlite:///{db}", model=StepModel(steps, ask_at_end=True), tools=bench_registry()
     )
@@ -213,11 +256,7 @@ def keel_resume_child(db: str, run_id: str, steps: int) -> dict[str, float]:
     resumed = time.perf_counter()
     assert outcome.status.value == "completed", outcome.stop_reason
     harness.close()
-    return {
-        "rebuild_ms": round((rebuilt - t0) * 1000, 2),
-        "open_store_ms": round((opened - t0) * 1000, 2),
-        "resume_to_completion_ms": round((resumed - t1) * 1000, 2),
-    }
+    return {"resume_to_completion_ms": round((resumed - t1) * 1000, 3)}
 
 
 def keel_context_build(events: int, folder: Path) -> dict[str, Any]:
@@ -275,94 +314,157 @@ def _median(values: Sequence[float]) -> float:
     return ordered[len(ordered) // 2]
 
 
-# --- LangGraph -----------------------------------------------------------------------------
+# --- the comparison ------------------------------------------------------------------------
 
 
-def _concat(state: list[Any], writes: Sequence[list[Any]]) -> list[Any]:
-    """Batching-invariant reducer for DeltaChannel: append every written message."""
-    return [*state, *(m for batch in writes for m in batch)]
-
-
-class DefaultState(TypedDict):
-    messages: Annotated[list[Any], operator.add]
-    step: int
-
-
-if DeltaChannel is not None:
-
-    class DeltaState(TypedDict):
-        messages: Annotated[list[Any], DeltaChannel(_concat)]
-        step: int
-
-
-def langgraph_graph(steps: int, delta: bool, saver: Any) -> Any:
-    def model(state: dict[str, Any]) -> dict[str, Any]:
-        step = state["step"]
-        if step >= steps:
-            return {"messages": [{"kind": "assistant", "content": "done"}], "step": step + 1}
-        call = {"id": f"call_{step}", "name": "noop", "arguments": json.dumps({"i": step})}
-        message = {"kind": "assistant", "content": None, "calls": [call]}
-        return {"messages": [message], "step": step + 1}
-
-    def run_tool(state: dict[str, Any]) -> dict[str, Any]:
-        call = state["messages"][-1]["calls"][0]
-        i = json.loads(call["arguments"])["i"]
-        return {"messages": [{"kind": "tool", "call_id": call["id"], "content": f"ok {i}"}]}
-
-    def route(state: dict[str, Any]) -> str:
-        return END if state["step"] > steps else "tool"
-
-    builder = StateGraph(DeltaState if delta else DefaultState)
-    builder.add_node("model", model)
-    builder.add_node("tool", run_tool)
-    builder.add_edge(START, "model")
-    builder.add_conditional_edges("model", route, ["tool", END])
-    builder.add_edge("tool", "model")
-    return builder.compile(checkpointer=saver)
-
-
-def langgraph_saver(path: Path, wal: bool) -> tuple[Any, sqlite3.Connection]:
-    """The saver as ``SqliteSaver.from_conn_string`` makes it, or on Keel's WAL/NORMAL."""
-    conn = sqlite3.connect(path, check_same_thread=False)
-    if wal:
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-    saver = SqliteSaver(conn)
-    saver.setup()
-    return saver, conn
-
-
-def langgraph_run(steps: int, folder: Path, *, delta: bool, wal: bool) -> dict[str, Any]:
-    path = (
-        folder / f"langgraph-{'delta' if delta else 'default'}-{'wal' if wal else 'db'}-{steps}.db"
+def run_system(
+    system: str,
+    steps: int,
+    folder: Path,
+    pair: str,
+    workload: str,
+    counter: SqlCommits | None = None,
+) -> dict[str, Any]:
+    """One run of ``system`` (keel, langgraph_default, langgraph_delta) at durability ``pair``."""
+    if system == "keel":
+        query = PAIRS[pair]["keel_query"]
+        return keel_run(steps, folder, query=query, workload=workload, counter=counter)[0]
+    delta, synchronous = system.endswith("delta"), PAIRS[pair]["synchronous"]
+    return langgraph_run(
+        steps, folder, delta=delta, synchronous=synchronous, workload=workload, counter=counter
     )
-    saver, conn = langgraph_saver(path, wal)
-    graph = langgraph_graph(steps, delta, saver)
-    config = {"configurable": {"thread_id": "bench"}, "recursion_limit": 2 * steps + 10}
-    empty = db_bytes(path)
-    gc.collect()
-    started, cpu = time.perf_counter(), time.process_time()
-    final = graph.invoke({"messages": [], "step": 0}, config, durability="sync")
-    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
-    assert len(final["messages"]) == 2 * steps + 1, len(final["messages"])
-    conn.close()
+
+
+def run_folder(root: Path, pair: str, workload: str, system: str, n: int, i: int) -> Path:
+    return root / pair / workload / system / f"{n}-{i}"
+
+
+def durability(folder: Path, names: Sequence[str]) -> dict[str, Any]:
+    """Each pair's settings as the connections of both sides report them."""
+    report: dict[str, Any] = {}
+    for pair, setting in PAIRS.items():
+        path = folder / pair / "keel.db"
+        with SqlCommits().watching() as watch:
+            store = open_store(f"sqlite:///{path}{setting['keel_query']}")
+            conn = next(c for c in watch.connections if _main_file(c) == str(path))
+            fsynced = getattr(store, "fsyncs_commits", True)  # write_file's fsync follows it
+            report[pair] = {"keel": {**durability_of(conn), "files_fsynced": fsynced}}
+            store.close()
+        if len(names) > 1:
+            _, conn = langgraph_saver(folder / pair / "langgraph.db", setting["synchronous"])
+            fsynced = files_fsynced(setting["synchronous"])
+            report[pair]["langgraph"] = {**durability_of(conn), "files_fsynced": fsynced}
+            conn.close()
+    if len(names) > 1:
+        conn = as_shipped(folder / "as-shipped.db")
+        report["langgraph_as_shipped"] = durability_of(conn)
+        conn.close()
+    return report
+
+
+def _main_file(conn: Any) -> str:
+    return next(row[2] for row in conn.execute("PRAGMA database_list") if row[1] == "main")
+
+
+def compare(names: Sequence[str], sizes: Sequence[int], repeat: int, root: Path) -> dict[str, Any]:
+    """Every pair x workload x N: ``repeat`` runs of each system, alternated run by run."""
+    for workload in WORKLOADS:  # the same warm-up for every system
+        for system in names:
+            run_system(
+                system, WARMUP_STEPS, root / "warm-up" / workload / system, "wal_normal", workload
+            )
+    report: dict[str, Any] = {}
+    for pair in PAIRS:
+        report[pair] = {}
+        for workload in WORKLOADS:
+            report[pair][workload] = {}
+            for n in sizes:
+                runs: dict[str, list[dict[str, Any]]] = {s: [] for s in names}
+                for i in range(repeat):
+                    for system in rotated(names, i):
+                        folder = run_folder(root, pair, workload, system, n, i)
+                        runs[system].append(run_system(system, n, folder, pair, workload))
+                report[pair][workload][str(n)] = figures(runs)
+    return report
+
+
+def figures(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Median and best per system; LangGraph against Keel (only ever within one pair)."""
+    out: dict[str, Any] = {}
+    for system, tries in runs.items():
+        timed = ("ms_per_step", "cpu_ms_per_step", "first_steps_ms", "last_steps_ms")
+        out[system] = {key: summary([t[key] for t in tries]) for key in timed}
+        out[system]["last_over_first"] = ratio(
+            out[system]["last_steps_ms"]["median"], out[system]["first_steps_ms"]["median"]
+        )
+        out[system]["bytes_per_step"] = round(statistics.median(t["bytes_per_step"] for t in tries))
+    out["keel_speedup"] = _speedup(out, "ms_per_step")
+    return out
+
+
+def _speedup(out: dict[str, Any], key: str) -> dict[str, Any]:
+    keel = out["keel"][key]
     return {
-        "ms_per_step": round(elapsed / steps * 1000, 4),
-        "cpu_ms_per_step": round(cpu / steps * 1000, 4),
-        "bytes_per_step": round((db_bytes(path) - empty) / steps),
-        "db": str(path),
+        system: {
+            "median": ratio(f[key]["median"], keel["median"]),
+            "best": ratio(f[key]["best"], keel["best"]),
+        }
+        for system, f in out.items()
+        if system.startswith("langgraph")
     }
 
 
-def langgraph_resume_child(db: str, steps: int, delta: bool, wal: bool) -> dict[str, float]:
-    t0 = time.perf_counter()
-    saver, conn = langgraph_saver(Path(db), wal)
-    graph = langgraph_graph(steps, delta, saver)
-    snapshot = graph.get_state({"configurable": {"thread_id": "bench"}})
-    rebuilt = time.perf_counter()
-    assert len(snapshot.values["messages"]) == 2 * steps + 1
-    conn.close()
-    return {"rebuild_ms": round((rebuilt - t0) * 1000, 2)}
+def writes_per_step(names: Sequence[str], sizes: Sequence[int], root: Path) -> dict[str, Any]:
+    """Commits per step (and LangGraph's checkpoint writes), counted in untimed runs."""
+    report: dict[str, Any] = {}
+    for workload in WORKLOADS:
+        report[workload] = {system: {} for system in names}
+        for n in sizes:
+            for system in names:
+                with SqlCommits().watching() as counter:
+                    folder = run_folder(root, "counted", workload, system, n, 0)
+                    figure = run_system(system, n, folder, "wal_normal", workload, counter)
+                report[workload][system][str(n)] = figure
+    return report
+
+
+def resume(
+    names: Sequence[str], steps: int, repeat: int, root: Path, timed: Path
+) -> dict[str, Any]:
+    """Rebuild in a fresh process, the same work on both sides (module docstring)."""
+    _, run_id = keel_run(steps, root, ask_at_end=True)
+    keel_db = root / f"keel-{steps}.db"
+    peers = {
+        s: run_folder(timed, "wal_normal", "read", s, steps, 0) / f"langgraph-{steps}.db"
+        for s in names[1:]
+    }
+
+    def rebuild(system: str) -> dict[str, Any]:
+        if system == "keel":
+            return in_fresh_process("keel_rebuild", str(keel_db), run_id)
+        return in_fresh_process("langgraph_rebuild", str(peers[system]), str(steps), system)
+
+    for system in names:  # the same warm-up: one untimed rebuild each
+        rebuild(system)
+    tries: dict[str, list[dict[str, Any]]] = {s: [] for s in names}
+    for i in range(repeat):
+        for system in rotated(names, i):
+            tries[system].append(rebuild(system))
+    out: dict[str, Any] = {"steps": steps, "workload": "read", "durability": "wal_normal"}
+    for system, runs in tries.items():
+        out[system] = {key: summary([r[key] for r in runs], 3) for key in runs[0]}
+    out["keel_speedup"] = _speedup(out, "rebuild_ms")
+    completions = []
+    db_bytes(keel_db)  # fold the WAL in: each repetition resumes its own copy
+    for i in range(repeat):
+        shutil.copyfile(keel_db, root / f"resume-{i}.db")
+        completions.append(
+            in_fresh_process("keel_resume", str(root / f"resume-{i}.db"), run_id, str(steps))
+        )
+    out["keel_resume_to_completion_ms"] = summary(
+        [c["resume_to_completion_ms"] for c in completions], 3
+    )
+    return out
 
 
 # --- driver --------------------------------------------------------------------------------
@@ -388,15 +490,16 @@ def middleware_overhead() -> dict[str, Any]:
     return measure()
 
 
-def ratio(a: float, b: float) -> float:
-    return round(a / b, 1) if b else float("inf")
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="50,200,1000")
     parser.add_argument("--no-langgraph", action="store_true")
-    parser.add_argument("--repeat", type=int, default=3, help="Keel runs per N (best is kept)")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=5,
+        help="timed runs per system, workload, durability and N, alternated (median and best)",
+    )
     parser.add_argument("--context-events", type=int, default=10_000)
     parser.add_argument("--context-only", action="store_true", help="only the context build")
     parser.add_argument(
@@ -417,65 +520,39 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     sizes = [int(s) for s in args.sizes.split(",")]
     largest = max(sizes)
-    report: dict[str, Any] = {"workload": "N x (model turn -> noop read tool -> result)"}
+    names = ["keel", *([] if args.no_langgraph else variants())]
+    report: dict[str, Any] = {
+        "workloads": WORKLOADS,
+        "systems": names,
+        "method": {
+            "repetitions": args.repeat,
+            "warm_up": f"one untimed {WARMUP_STEPS}-step run per system and workload",
+            "order": "systems alternated run by run, who goes first rotating",
+            "keel_speedup": "LangGraph / Keel, median vs median and best vs best, "
+            "only within one durability pair",
+        },
+    }
+    if not args.no_langgraph and len(names) == 1:
+        report["langgraph"] = "not installed: pip install -e '.[bench]'"
     with tempfile.TemporaryDirectory(prefix="keel-bench-loop-") as tmp:
         folder = Path(tmp)
-        keel_run(20, folder)  # warm up imports and caches
+        report["durability"] = durability(folder / "durability", names)
+        report.update(compare(names, sizes, args.repeat, folder / "timed"))
+        report["writes_per_step"] = writes_per_step(names, sizes, folder / "counted")
+        report["resume"] = resume(names, largest, args.repeat, folder / "resume", folder / "timed")
         keel: dict[str, Any] = {}
-        for n in sizes:
-            tries = [keel_run(n, folder / f"try-{i}")[0] for i in range(args.repeat)]
-            result = min(tries, key=lambda r: r["ms_per_step"])
-            result["peak_memory_kib"] = keel_peak_memory_kib(n, folder)
-            keel[str(n)] = result
-        _, waiting_id = keel_run(largest, folder, ask_at_end=True)
-        keel["resume"] = {
-            "steps": largest,
-            **in_fresh_process(
-                "keel", str(folder / f"keel-{largest}.db"), waiting_id, str(largest)
-            ),
-        }
+        keel["peak_memory_kib"] = {str(n): keel_peak_memory_kib(n, folder) for n in sizes}
         keel["middleware"] = middleware_overhead()
-        keel["synchronous_full"] = {
-            str(n): keel_run(n, folder / "full", query="?synchronous=full")[0]["ms_per_step"]
-            for n in sizes
-        }
-        small, big = keel[str(min(sizes))], keel[str(largest)]
-        keel["growth_largest_vs_smallest"] = round(big["ms_per_step"] / small["ms_per_step"], 2)
         keel["context_build"] = keel_context_build(args.context_events, folder / "context")
         report["keel"] = keel
-
-        if not args.no_langgraph and StateGraph is None:
-            report["langgraph"] = "not installed: pip install -e '.[bench]'"
-        elif not args.no_langgraph:
-            variants = ["default", "default_wal"]
-            variants += ["delta", "delta_wal"] if DeltaChannel is not None else []
-            for variant in variants:
-                lg: dict[str, Any] = {}
-                for n in sizes:
-                    lg[str(n)] = langgraph_run(
-                        n, folder, delta=variant.startswith("delta"), wal=variant.endswith("_wal")
-                    )
-                db = lg[str(largest)]["db"]
-                for n in sizes:
-                    del lg[str(n)]["db"]
-                lg["resume"] = {
-                    "steps": largest,
-                    **in_fresh_process("langgraph", db, str(largest), variant),
-                }
-                lg["keel_speedup_per_step"] = {
-                    str(n): ratio(lg[str(n)]["ms_per_step"], keel[str(n)]["ms_per_step"])
-                    for n in sizes
-                }
-                report[f"langgraph_{variant}"] = lg
-            if DeltaChannel is None:
-                report["langgraph_delta"] = "DeltaChannel not in the installed langgraph"
     print(json.dumps(report, indent=2))
 
 
 CHILDREN: dict[str, Callable[..., dict[str, Any]]] = {
-    "keel": lambda db, run_id, steps: keel_resume_child(db, run_id, int(steps)),
-    "langgraph": lambda db, steps, variant: langgraph_resume_child(
-        db, int(steps), variant.startswith("delta"), variant.endswith("_wal")
+    "keel_rebuild": keel_rebuild_child,
+    "keel_resume": lambda db, run_id, steps: keel_resume_child(db, run_id, int(steps)),
+    "langgraph_rebuild": lambda db, steps, variant: langgraph_rebuild_child(
+        db, int(steps), variant
     ),
 }
 
