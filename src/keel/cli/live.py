@@ -77,6 +77,7 @@ QUIET = frozenset(
         EventType.APPROVAL_GRANTED,
         EventType.INPUT_RECEIVED,
         EventType.CALL_RECONCILED,
+        EventType.TRACE_STARTED,
     }
 )
 

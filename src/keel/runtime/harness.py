@@ -8,11 +8,12 @@ optimistic append that any process on any machine may make.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from keel.core.budget import Budget, check_budget, check_seconds
 from keel.core.errors import ConfigError
@@ -72,12 +73,16 @@ from keel.runtime.takeover import (
     this_holder,
 )
 from keel.runtime.task_claims import RunTaskClaims, claim_lease_for
+from keel.runtime.tracing import Tracing
 from keel.sandbox.choose import open_sandbox
 from keel.store.base import Lease, Store, iter_all_events
 from keel.store.url import open_store
 from keel.tools.builtin import default_registry
 from keel.tools.registry import ToolRegistry
 from keel.tools.skills import workspace_skills
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 # Providers whose models are stateless (one shared HTTP client each): resolved once per
 # (spec, working directory) and process. A scripted or replayed model keeps per-run state
@@ -144,6 +149,7 @@ class Harness:
         on_event: EventSink | None = None,
         child_slots: int | None = None,
         middleware: Sequence[Middleware | str] = (),
+        tracer_provider: TracerProvider | None = None,
     ) -> None:
         """``child_slots``: threads this harness gives to executing background children
         (None: ``[agents] child_slots`` of the working directory's config, default 4; 0:
@@ -153,7 +159,12 @@ class Harness:
         points, asked at the loop's lifecycle points of every run this harness executes
         (children included), before the run's own ``.keel/hooks.toml``
         (``keel.runtime.hooks``). ConfigError for an unknown entry point or two with
-        one name."""
+        one name.
+
+        ``tracer_provider``: an OpenTelemetry provider that gets a span per run, step,
+        model call, tool call, verification and wait (``keel.runtime.run_spans``); by
+        default one is made from the ``OTEL_EXPORTER_OTLP_*`` variables when they are
+        set (``keel.runtime.tracing``), and none otherwise."""
         self.store: Store = store if not isinstance(store, str | None) else open_store(store)
         self._model = model
         self.tools = tools or default_registry()
@@ -167,6 +178,9 @@ class Harness:
         self.delegation = Delegation(self)
         self.run_tools = RunTools(self.tools)  # each run's registry (keel.runtime.run_tools)
         self.run_middleware = RunMiddleware(middleware)  # each run's chain (runtime.hooks)
+        self.tracing = (
+            Tracing(tracer_provider) if tracer_provider is not None else Tracing.from_environment()
+        )
 
     # --- starting ------------------------------------------------------------------------
 
@@ -448,6 +462,7 @@ class Harness:
         containment = self.containment(state)  # `required` without bubblewrap stops here
         registry = self.run_tools.for_run(state)  # MCP servers connect here, before the lease
         chain = self.run_middleware.for_run(state)  # a broken hooks.toml stops here too
+        tracer = self.tracing.for_run(self.store, state) if self.tracing else None  # no SDK: here
         claims = RunTaskClaims.for_run(self.store, run_id, heartbeat_ttl=self.lease_ttl)
         policy = read_policy_again(state) if state.last_seq > 1 else None
         taken: TakeOver | None = None
@@ -485,7 +500,7 @@ class Harness:
             state=state,
             owner=f"run:{run_id}",
             lease=guard,
-            on_event=self.on_event,
+            on_event=tracer.observing(self.on_event) if tracer else self.on_event,
             should_stop=should_stop,
             sandbox=containment.sandbox,
             guard=containment.guard,
@@ -511,6 +526,7 @@ class Harness:
                             resumed_by=resume_paused_by,
                         ),
                         *follow_up_events(self.store, state),
+                        *(tracer.begin(state) if tracer else ()),
                     ]
                 )
                 if driver.state.options.policy != state.options.policy:  # policy_changed
@@ -523,6 +539,8 @@ class Harness:
                     if source and checkout_done(final):
                         discard(GitSource.from_dict(source), Path(final.workspace))
         finally:
+            if tracer is not None:
+                tracer.end(sys.exc_info()[1])
             if guard.lost is None:
                 self.store.release_run_lease(heartbeat.lease)
         return RunOutcome(state=final)
@@ -625,6 +643,8 @@ class Harness:
             self.store.close()
         finally:
             close_shared_clients()
+            if self.tracing is not None:
+                self.tracing.flush()  # spans still queued are sent now
 
     def __enter__(self) -> Harness:
         return self
