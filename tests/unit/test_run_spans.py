@@ -1,0 +1,202 @@
+"""When tracing is on, and how stored events become spans (keel.runtime.tracing, run_spans).
+
+No store and no loop: events are made here as a driver would store them, and fed to a
+``RunTracer`` writing to the SDK's in-memory exporter.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from keel.core.events import Event, EventType
+from keel.core.state import RunState
+from keel.runtime.tracing import Tracing, traces_endpoint, tracing_requested
+
+ENDPOINT = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}
+
+
+@pytest.mark.parametrize(
+    ("environ", "on"),
+    [
+        ({}, False),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "  "}, False),
+        (ENDPOINT, True),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4318/v1/traces"}, True),
+        ({**ENDPOINT, "OTEL_SDK_DISABLED": "TRUE"}, False),
+        ({**ENDPOINT, "OTEL_SDK_DISABLED": "false"}, True),
+        ({**ENDPOINT, "OTEL_TRACES_EXPORTER": "none"}, False),
+        ({"OTEL_SERVICE_NAME": "keel", "OTEL_TRACES_EXPORTER": "otlp"}, False),  # no endpoint
+    ],
+)
+def test_tracing_is_on_only_with_an_otlp_endpoint_and_the_sdk_not_disabled(
+    environ: dict[str, str], on: bool
+) -> None:
+    assert tracing_requested(environ) is on
+    assert (Tracing.from_environment(environ) is not None) is on
+
+
+@pytest.mark.parametrize(
+    ("environ", "endpoint"),
+    [
+        (ENDPOINT, "http://127.0.0.1:4318/v1/traces"),
+        (
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "https://otel.example/base/"},
+            "https://otel.example/base/v1/traces",
+        ),
+        (
+            {**ENDPOINT, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://collector:4318/custom"},
+            "http://collector:4318/custom",
+        ),
+    ],
+)
+def test_spans_go_to_the_traces_endpoint_or_the_base_endpoints_v1_traces(
+    environ: dict[str, str], endpoint: str
+) -> None:
+    assert traces_endpoint(environ) == endpoint
+
+
+pytest.importorskip("opentelemetry.sdk.trace", reason="the otel extra is not installed")
+
+from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E402
+    InMemorySpanExporter,
+)
+from opentelemetry.trace import StatusCode  # noqa: E402
+
+from keel.runtime.run_spans import RunTracer, model_names  # noqa: E402
+
+T0 = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
+RUN = "run_0123456789ab"
+
+
+@pytest.mark.parametrize(
+    ("spec", "names"),
+    [
+        ("deepseek:deepseek-chat", ("deepseek", "deepseek-chat")),
+        ("openai:gpt-4o-mini", ("openai", "gpt-4o-mini")),
+        ("scripted:/tmp/x/turns.json", ("scripted", "turns.json")),
+        ("replay:cassettes/a.jsonl", ("replay", "a.jsonl")),
+        ("bare-model", ("", "bare-model")),
+    ],
+)
+def test_model_specs_name_the_provider_and_the_model(spec: str, names: tuple[str, str]) -> None:
+    assert model_names(spec) == names
+
+
+class Feed:
+    """Events numbered as a store would, fed to a tracer as the driver does."""
+
+    def __init__(self) -> None:
+        self.exporter = InMemorySpanExporter()
+        provider = TracerProvider(shutdown_on_exit=False)
+        provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+        self.state = RunState(run_id=RUN, last_seq=1)
+        self.tracer = RunTracer(provider.get_tracer("test"), store=None, state=self.state)  # type: ignore[arg-type]
+        self.seq = 1
+        self.records = self.tracer.begin(self.state)
+
+    def event(self, kind: EventType, at_s: float, **data: Any) -> None:
+        self.seq += 1
+        event = Event(
+            run_id=RUN,
+            seq=self.seq,
+            event_id=f"e{self.seq}",
+            type=kind,
+            recorded_at=T0 + timedelta(seconds=at_s),
+            data=data,
+        )
+        self.tracer.observe(event, self.state)
+
+    def spans(self) -> dict[str, Any]:
+        return {s.name: s for s in self.exporter.get_finished_spans()}
+
+
+def ns(at_s: float) -> int:
+    return int((T0 + timedelta(seconds=at_s)).timestamp() * 1e9)
+
+
+def test_a_read_stored_with_the_next_step_keeps_its_own_time() -> None:
+    feed = Feed()
+    # Step 1's turn and read were deferred: both are stored at t=10 with the next commit.
+    feed.event(EventType.MODEL_REQUESTED, 10.0, step=1, model="openai:gpt-4o")
+    feed.event(EventType.MODEL_RESPONDED, 10.0, step=1, elapsed_s=4.0, usage={}, cost=0.0)
+    feed.event(EventType.TOOL_FINISHED, 10.0, call_id="c1", tool="read_file", elapsed_s=0.5)
+    feed.tracer.end()
+    spans = feed.spans()
+    chat, read = spans["chat gpt-4o"], spans["execute_tool read_file"]
+    assert (chat.start_time, chat.end_time) == (ns(6.0), ns(10.0))
+    assert (read.start_time, read.end_time) == (ns(9.5), ns(10.0))
+    assert spans["keel.step"].start_time == ns(6.0)
+
+
+def test_a_step_ends_where_the_next_one_starts() -> None:
+    feed = Feed()
+    for step, at in ((1, 2.0), (2, 5.0)):
+        feed.event(EventType.MODEL_REQUESTED, at, step=step, model="openai:gpt-4o")
+        feed.event(EventType.MODEL_RESPONDED, at, step=step, elapsed_s=1.0, usage={})
+    feed.tracer.end()
+    first, second = sorted(
+        (s for s in feed.exporter.get_finished_spans() if s.name == "keel.step"),
+        key=lambda s: s.start_time or 0,
+    )
+    assert (first.start_time, first.end_time) == (ns(1.0), ns(4.0))
+    assert second.start_time == ns(4.0)
+
+
+def test_a_call_finished_on_resume_gets_a_step_and_a_call_with_no_time_is_an_instant() -> None:
+    feed = Feed()
+    feed.state = RunState(run_id=RUN, last_seq=1, usage=feed.state.usage.add(steps=3))
+    feed.event(EventType.TOOL_FINISHED, 7.0, call_id="c9", tool="write_file")  # reconciled
+    feed.tracer.end()
+    spans = feed.spans()
+    write = spans["execute_tool write_file"]
+    assert write.start_time == write.end_time == ns(7.0)
+    assert spans["keel.step"].attributes == {"keel.step": 3}
+    assert write.parent is not None and write.parent.span_id == spans["keel.step"].context.span_id
+
+
+def test_a_failed_call_is_an_error_with_its_kind_and_message() -> None:
+    feed = Feed()
+    feed.event(EventType.TOOL_STARTED, 1.0, call_id="c1", tool="run_command", effect="execute")
+    feed.event(
+        EventType.TOOL_FAILED,
+        3.0,
+        call_id="c1",
+        tool="run_command",
+        error_kind="timeout",
+        message="x" * 500,
+    )
+    feed.tracer.end()
+    span = feed.spans()["execute_tool run_command"]
+    assert span.start_time == ns(1.0)  # no elapsed_s: from its tool_started
+    assert span.status.status_code is StatusCode.ERROR
+    assert len(span.status.description or "") == 200
+    assert span.attributes is not None
+    assert span.attributes["error.type"] == "timeout"
+    assert span.attributes["keel.tool.effect"] == "execute"
+
+
+def test_an_event_tracing_cannot_read_stops_tracing_the_run_not_the_run() -> None:
+    feed = Feed()
+    feed.event(EventType.MODEL_RESPONDED, 1.0, step="one", elapsed_s=0.1, usage=["bad"])
+    feed.event(EventType.TOOL_FINISHED, 2.0, call_id="c1", tool="read_file", elapsed_s=0.1)
+    feed.tracer.end()
+    names = sorted(s.name for s in feed.exporter.get_finished_spans())
+    assert "invoke_agent keel" in names
+    assert "execute_tool read_file" not in names  # tracing of this run stopped
+
+
+def test_the_trace_record_names_the_run_span() -> None:
+    feed = Feed()
+    (record,) = feed.records
+    feed.tracer.end()
+    run = feed.spans()["invoke_agent keel"]
+    assert record.type is EventType.TRACE_STARTED
+    assert record.data == {
+        "trace_id": f"{run.context.trace_id:032x}",
+        "span_id": f"{run.context.span_id:016x}",
+    }
