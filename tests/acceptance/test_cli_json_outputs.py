@@ -109,6 +109,12 @@ def test_every_json_command_prints_strict_json(ws: KeelWorkspace) -> None:
     assert opened["text"].startswith("$ test -f notes.txt")
     assert [e["seq"] for e in keel("events", run_id)][:2] == [1, 2]
     keel("verify", run_id)
+    figures = keel("stats")[0]  # two completed runs of real turns and tool calls
+    assert figures["runs"] == 2 and figures["by_status"]["completed"] == 2
+    tools = {t["tool"]: t for t in figures["tools"]}
+    assert tools["write_file"]["calls"] == 2 and tools["write_file"]["latency"]["timed"] == 2
+    (notes,) = figures["verifiers"]  # filed under the name --verify gave its command
+    assert (notes["verifier"], notes["checks"], notes["passed"]) == ("notes", 1, 1)
     queued = keel("run", "later", "--model", ws.script(DONE), "--detach")[0]["run_id"]
     assert keel("message", queued, "use tabs")[0]["follow_up"] is None
     follow_up = keel("message", run_id, "now add a README", "--detach")[0]

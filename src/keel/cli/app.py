@@ -15,6 +15,7 @@ from keel.cli import (
     runs,
     serve,
     skills,
+    stats,
     steering,
     tasks,
     tokens,
@@ -44,6 +45,7 @@ steering.register(app)
 skills.register(app)
 mcp.register(app)
 artifacts.register(app)
+stats.register(app)
 evals.register(app)
 
 

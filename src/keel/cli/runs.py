@@ -28,6 +28,7 @@ from keel.cli.common import (
     store_url,
 )
 from keel.cli.display import amount, compact, excerpt, short_time, styled_status
+from keel.cli.stats import run_figure_lines, run_figures
 from keel.cli.tree import (
     build_tree,
     child_facts,
@@ -195,6 +196,7 @@ def show_command(
         run = st.load_run(run_id)
         node = build_tree(st, run)
         facts = child_facts(iter_all_events(st, run_id)) if node.children or run.children else {}
+        figures = st.run_stats(run_id=run_id)
     entries = children_entries(run, node, facts)
     waiting = waiting_descendants(node)
     if as_json:
@@ -205,11 +207,14 @@ def show_command(
                 "evidence": evidence_map(run.result),
                 "children": entries,
                 "waiting_descendants": [waiting_entry(w, store_flag) for w in waiting],
+                "figures": run_figures(figures),
             }
         )
         return
     family = describe_children(entries)
     for line in describe_run(run, store_flag=store_flag, family=family):
+        console.print(line, highlight=False)
+    for line in run_figure_lines(figures):
         console.print(line, highlight=False)
     for line in describe_waiting(waiting, store_flag):
         console.print(line, highlight=False)
