@@ -12,6 +12,7 @@ import pytest
 
 from keel.core.errors import RunNotFound, UsageError
 from keel.core.events import Event, EventType
+from keel.core.records import RunOptions
 from keel.core.stats import (
     Latency,
     RunStats,
@@ -23,9 +24,10 @@ from keel.core.stats import (
     reason_code,
 )
 from keel.core.status import RunStatus
-from keel.store.stats import NAME_MAX, assemble, figure_columns, figure_rows, spec_of
+from keel.store.stats import NAME_MAX, assemble, figure_columns, figure_rows, options_of
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
+NONE = RunOptions()  # a run without a model spec
 
 
 def event(seq: int, type_: EventType, **data: Any) -> Event:
@@ -124,7 +126,7 @@ def test_each_kind_of_event_makes_its_row() -> None:
         ),
         event(10, EventType.SIGNOFF_RECORDED, verifier="review", passed=True),
     ]
-    assert figure_rows(events, "openai:m") == [
+    assert figure_rows(events, RunOptions(model="openai:m")) == [
         ("run_1", 1, 0, "run", "openai:m", True, None, None, None, None, None, None),
         ("run_1", 3, 0, "model", "openai:m", True, 1.5, 100, 40, 20, None, 0.01),
         ("run_1", 5, 0, "tool", "grep", True, 0.2, None, None, None, None, None),
@@ -138,9 +140,9 @@ def test_each_kind_of_event_makes_its_row() -> None:
 
 
 def test_a_run_without_a_spec_names_its_turns_by_their_model() -> None:
-    rows = figure_rows([event(2, EventType.MODEL_RESPONDED, model="local-llm")], None)
+    rows = figure_rows([event(2, EventType.MODEL_RESPONDED, model="local-llm")], NONE)
     assert rows[0][3:5] == ("model", "local-llm")
-    assert figure_rows([event(2, EventType.MODEL_RESPONDED)], None)[0][4] == "-"
+    assert figure_rows([event(2, EventType.MODEL_RESPONDED)], NONE)[0][4] == "-"
 
 
 @pytest.mark.parametrize(
@@ -160,7 +162,7 @@ def test_a_run_without_a_spec_names_its_turns_by_their_model() -> None:
 def test_a_number_counts_only_when_it_is_one(value: Any, count: int | None, seconds: Any) -> None:
     usage = {"input_tokens": value}
     row = figure_rows(
-        [event(2, EventType.MODEL_RESPONDED, usage=usage, elapsed_s=value, cost=value)], "s"
+        [event(2, EventType.MODEL_RESPONDED, usage=usage, elapsed_s=value, cost=value)], NONE
     )[0]
     assert row[7] == count
     assert row[6] == seconds
@@ -168,16 +170,24 @@ def test_a_number_counts_only_when_it_is_one(value: Any, count: int | None, seco
 
 
 def test_a_name_is_kept_storable() -> None:
-    rows = figure_rows([event(5, EventType.TOOL_FINISHED, tool="a\x00b" + "x" * 500)], None)
+    rows = figure_rows([event(5, EventType.TOOL_FINISHED, tool="a\x00b" + "x" * 500)], NONE)
     name = rows[0][4]
     assert "\x00" not in name and name.startswith("a\ufffdb") and len(name) == NAME_MAX
-    assert figure_rows([event(5, EventType.TOOL_FINISHED, tool=7)], None)[0][4] == "-"
+    assert figure_rows([event(5, EventType.TOOL_FINISHED, tool=7)], NONE)[0][4] == "-"
 
 
-def test_a_run_created_names_its_spec() -> None:
-    assert spec_of({"options": {"model": "openai:m"}}) == "openai:m"
-    assert spec_of({"options": {"model": None}}) is None
-    assert spec_of({"options": "odd"}) is None
+def test_a_run_created_holds_its_options() -> None:
+    assert options_of({"options": {"model": "openai:m"}}).model == "openai:m"
+    assert options_of({"options": {"model": None}}).model is None
+    assert options_of({"options": "odd"}) == RunOptions()
+    assert options_of({"options": {"budget": "odd"}}) == RunOptions()
+
+
+def test_a_record_is_filed_under_the_name_the_run_gave_its_command() -> None:
+    named = RunOptions(verify=("pytest -q", "ruff check ."), verifier_names=("unit_tests", "lint"))
+    records = [{"command": "ruff check .", "passed": True}, {"command": "other", "passed": True}]
+    rows = figure_rows([event(9, EventType.VERIFICATION_PASSED, records=records)], named)
+    assert [r[4] for r in rows] == ["lint", "other"]
 
 
 def test_figure_columns_are_the_rows_turned_on_their_side() -> None:
@@ -186,7 +196,7 @@ def test_figure_columns_are_the_rows_turned_on_their_side() -> None:
             event(5, EventType.TOOL_FINISHED, tool="grep", elapsed_s=0.2),
             event(6, EventType.TOOL_FAILED, tool="ls"),
         ],
-        None,
+        NONE,
     )
     columns = figure_columns(rows)
     assert columns["f_seqs"] == [5, 6] and columns["f_names"] == ["grep", "ls"]

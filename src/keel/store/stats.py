@@ -20,8 +20,9 @@ cached_input_tokens, output_tokens, reasoning_tokens, cost)``:
 - ``tool`` (``tool_finished``, ``tool_failed``: ok False; name: the tool);
 - ``compaction`` (``context_compacted`` with a summary call);
 - ``verifier`` (each record of ``verification_passed``, ``verification_failed`` and
-  ``signoff_requested``, ``item`` its place; name: its name, else its command; and a
-  person's ``signoff_recorded``, name: that verifier); ok: it passed.
+  ``signoff_requested``, ``item`` its place; name: its name, else the name the run
+  gave its command, else the command; and a person's ``signoff_recorded``, name: that
+  verifier); ok: it passed.
 
 name is ``-`` when the event names none; elapsed_s is None when it recorded no
 latency. A count that is not a whole number of 0 .. 10**18 counts as absent, a cost as
@@ -44,6 +45,7 @@ from typing import Any
 
 from keel.core.errors import RunNotFound
 from keel.core.events import Event, EventType
+from keel.core.records import RunOptions
 from keel.core.stats import (
     Latency,
     ModelFigures,
@@ -91,12 +93,12 @@ NAME_MAX = 200
 _TOKEN_KINDS = ("input_tokens", "cached_input_tokens", "output_tokens", "reasoning_tokens")
 
 
-def figure_rows(events: Iterable[Event], spec: str | None) -> list[FigureRow]:
-    """The ``event_figures`` rows of ``events`` (of one run whose model spec is ``spec``)."""
+def figure_rows(events: Iterable[Event], options: RunOptions) -> list[FigureRow]:
+    """The ``event_figures`` rows of ``events`` of one run driven by ``options``."""
     rows: list[FigureRow] = []
     for e in events:
         if e.type in FIGURE_TYPES:
-            rows += rows_of_event(e.run_id, e.seq, e.type, e.data, spec)
+            rows += rows_of_event(e.run_id, e.seq, e.type, e.data, options)
     return rows
 
 
@@ -126,9 +128,11 @@ def figure_columns(rows: Sequence[FigureRow]) -> dict[str, list[Any]]:
 
 
 def rows_of_event(
-    run_id: str, seq: int, type_: EventType, d: Mapping[str, Any], spec: str | None
+    run_id: str, seq: int, type_: EventType, d: Mapping[str, Any], options: RunOptions
 ) -> list[FigureRow]:
-    """The rows of one event (none for a type outside ``FIGURE_TYPES``)."""
+    """The rows of one event (none for a type outside ``FIGURE_TYPES``); ``options`` name
+    the run's model spec and its verifiers."""
+    spec = options.model
     if type_ is EventType.RUN_CREATED:
         return [(run_id, seq, 0, "run", _name(spec), True, *_NOTHING)]
     if type_ is EventType.MODEL_RESPONDED:
@@ -150,7 +154,7 @@ def rows_of_event(
     if type_ not in VERIFICATIONS or not isinstance(records, list):
         return []
     return [
-        (run_id, seq, i, "verifier", _verifier(r), r.get("passed") is True, None, *_NO_USAGE)
+        (run_id, seq, i, "verifier", _verifier(r, options), r.get("passed") is True, *_NOTHING)
         for i, r in enumerate(records)
         if isinstance(r, Mapping)
     ]
@@ -178,9 +182,13 @@ def _name(value: Any) -> str:
     return value[:NAME_MAX].replace("\x00", "\ufffd")
 
 
-def _verifier(record: Mapping[str, Any]) -> str:
-    name = record.get("name")
-    return _name(name) if isinstance(name, str) and name else _name(record.get("command"))
+def _verifier(record: Mapping[str, Any], options: RunOptions) -> str:
+    """A record's verifier: its own name, else the name the run gave its command
+    (``--verify NAME=CMD``), else the command."""
+    name, command = record.get("name"), record.get("command")
+    if isinstance(name, str) and name:
+        return _name(name)
+    return _name(options.verifier_name(command) if isinstance(command, str) else None)
 
 
 def _number(value: Any) -> float | None:
@@ -210,11 +218,13 @@ def _money(value: Any) -> float | None:
     return number if number is not None and number > 0 else None
 
 
-def spec_of(created: Mapping[str, Any]) -> str | None:
-    """The model spec a ``run_created`` event's data names (None: none)."""
+def options_of(created: Mapping[str, Any]) -> RunOptions:
+    """The options a ``run_created`` event's data holds (the defaults where unreadable)."""
     options = created.get("options")
-    spec = options.get("model") if isinstance(options, Mapping) else None
-    return spec if isinstance(spec, str) and spec else None
+    try:
+        return RunOptions.from_dict(dict(options)) if isinstance(options, Mapping) else RunOptions()
+    except (AttributeError, KeyError, TypeError, ValueError):  # a log written by hand
+        return RunOptions()
 
 
 def stats_filters(

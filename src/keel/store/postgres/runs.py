@@ -174,7 +174,7 @@ class PostgresRuns:
                 "event_id": event.event_id,
                 "data": data_text,
                 "hash": event.hash,
-                "spec": figure_rows([event], options.model)[0][4],
+                "spec": figure_rows([event], options)[0][4],
             }
             try:
                 with self._db.connection() as conn:
@@ -257,7 +257,7 @@ class PostgresRuns:
             "ats": [e.recorded_at for e in step.events],
             "datas": step.texts,
             "hashes": [e.hash for e in step.events],
-            **figure_columns(figure_rows(step.events, state.options.model)),
+            **figure_columns(figure_rows(step.events, state.options)),
         }
         try:
             with self._db.connection() as conn, conn.pipeline():

@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 
 from keel.core.events import EventType
+from keel.core.records import RunOptions
 from keel.core.stats import RunStats
 from keel.store.postgres.connection import Database
 from keel.store.sql import load_queries
@@ -22,8 +23,8 @@ from keel.store.stats import (
     FIGURE_TYPES,
     FigureRow,
     assemble,
+    options_of,
     rows_of_event,
-    spec_of,
     stats_filters,
 )
 
@@ -62,7 +63,7 @@ def backfill_event_figures(conn: psycopg.Connection[Any]) -> None:
     """Migration 0006: the figures of the events stored before it, made by the code that
     makes them for every append (``keel.store.stats.rows_of_event``)."""
     types = sorted(t.value for t in FIGURE_TYPES)
-    run, spec = None, None
+    run, options = None, RunOptions()
     with conn.cursor(name="keel_figure_events") as events, conn.cursor() as out:
         events.execute(T["figure_events"], {"types": types})
         while batch := events.fetchmany(BACKFILL_BATCH):
@@ -70,9 +71,9 @@ def backfill_event_figures(conn: psycopg.Connection[Any]) -> None:
             for run_id, seq, type_, text in batch:
                 kind, data = EventType(type_), json.loads(text)
                 if run_id != run:
-                    run, spec = run_id, None
+                    run, options = run_id, RunOptions()
                 if kind is EventType.RUN_CREATED:
-                    spec = spec_of(data)
-                rows += rows_of_event(run_id, int(seq), kind, data, spec)
+                    options = options_of(data)
+                rows += rows_of_event(run_id, int(seq), kind, data, options)
             if rows:
                 out.executemany(T["insert_figures"], rows)

@@ -183,7 +183,7 @@ class SQLiteRuns:
                 Q["insert_event"],
                 (run_id, 1, event.event_id, event.type.value, now_text, data_text, event.hash),
             )
-            conn.executemany(Q["insert_figures"], figure_rows([event], options.model))
+            conn.executemany(Q["insert_figures"], figure_rows([event], options))
         self._remember(state, 1)
         return state
 
@@ -242,7 +242,7 @@ class SQLiteRuns:
             if e.recorded_at is not at:  # a step's events share one time: format it once
                 at, at_text = e.recorded_at, chain_time(e.recorded_at)
             rows.append((run_id, e.seq, e.event_id, e.type.value, at_text, text, e.hash))
-        figures = figure_rows(stored, state.options.model)  # what `keel stats` reads
+        figures = figure_rows(stored, state.options)  # what `keel stats` reads
         # The snapshot is rewritten on every status change and every SNAPSHOT_EVERY events;
         # readers fold the few events after it, so an append stays O(new events).
         rewrite = state.status is not step.base_status or seq - snapshot_seq >= SNAPSHOT_EVERY

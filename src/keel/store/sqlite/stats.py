@@ -20,6 +20,7 @@ from typing import Any
 
 from keel.core.chain import chain_time
 from keel.core.events import EventType
+from keel.core.records import RunOptions
 from keel.core.stats import PERCENTILES, RunStats, percentiles
 from keel.store.sql import load_queries
 from keel.store.sqlite.connection import Database
@@ -27,8 +28,8 @@ from keel.store.stats import (
     FIGURE_TYPES,
     FigureRow,
     assemble,
+    options_of,
     rows_of_event,
-    spec_of,
     stats_filters,
 )
 
@@ -82,14 +83,14 @@ def backfill_event_figures(conn: sqlite3.Connection) -> None:
     makes them for every append (``keel.store.stats.rows_of_event``)."""
     types = json.dumps(sorted(t.value for t in FIGURE_TYPES))
     cursor = conn.execute(T["figure_events"], {"types": types})
-    run, spec = None, None
+    run, options = None, RunOptions()
     while batch := cursor.fetchmany(BACKFILL_BATCH):
         rows: list[FigureRow] = []
         for run_id, seq, type_, text in batch:
             kind, data = EventType(type_), json.loads(text)
             if run_id != run:
-                run, spec = run_id, None
+                run, options = run_id, RunOptions()
             if kind is EventType.RUN_CREATED:
-                spec = spec_of(data)
-            rows += rows_of_event(run_id, seq, kind, data, spec)
+                options = options_of(data)
+            rows += rows_of_event(run_id, seq, kind, data, options)
         conn.executemany(Q["insert_figures"], rows)
