@@ -92,7 +92,14 @@ def eval_command(
         concurrency=concurrency,
         log=log,
     ) as runner:
-        report = runner.run()
+        try:
+            report = runner.run()
+        except KeyboardInterrupt:
+            fail(
+                f"interrupted: the suite's runs stay resumable (keel runs --tag "
+                f"suite={suite.name}; keel resume RUN)",
+                130,
+            )
     elapsed = time.monotonic() - started
     if junit is not None:
         junit.write_text(junit_xml(report), encoding="utf-8")
