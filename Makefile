@@ -49,6 +49,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/models.py
 	$(BIN)/python bench/serve.py
 	$(BIN)/python bench/mcp_tools.py
+	$(BIN)/python bench/stats.py
 
 clean:
 	rm -rf $(VENV) .keel .mypy_cache .pytest_cache .ruff_cache

@@ -17,7 +17,9 @@ Guarantees every backend gives (checked by ``keel.testing.conformance``):
   the database refuses an event whose seq is not the run's last + 1. Readers check
   the part of the chain they read (``load_run``: the snapshot's event and every event
   after it; ``read_events``: what it returns) and raise ``LogDamaged`` naming the
-  first bad event; ``verify_log`` checks a run's whole log.
+  first bad event; ``verify_log`` checks a run's whole log;
+- an append writes its events' figures (``keel.store.stats.figure_rows``) in the same
+  transaction, so ``run_stats`` counts exactly the events stored.
 Times come from the database clock where leases are concerned.
 """
 
