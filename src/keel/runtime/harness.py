@@ -540,7 +540,7 @@ class Harness:
                         discard(GitSource.from_dict(source), Path(final.workspace))
         finally:
             if tracer is not None:
-                tracer.end(sys.exc_info()[1])
+                tracer.end(driver.state, sys.exc_info()[1])
             if guard.lost is None:
                 self.store.release_run_lease(heartbeat.lease)
         return RunOutcome(state=final)

@@ -13,7 +13,8 @@ One ``RunTracer`` per process that drives a run (``Harness.execute``):
 Spans are made after their events are stored, never while the loop decides, and carry
 the times the events hold: a call's span ends at its event's ``recorded_at`` and starts
 ``elapsed_s`` before it (a read's result may be stored with the next step; its time is
-its own). A step ends where the next one starts, or where the drive ends.
+its own). A step ends where the next one starts, or where the drive ends. The spans go
+to a ``SpanWriter``: Keel's OTLP exporter, or an OpenTelemetry tracer (``Tracing``).
 
 Guarantees: tracing adds one event per drive to the run's log (``trace_started``: the
 trace id and the run span's id) and nothing else; the ``trace_started`` records already
@@ -27,26 +28,10 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any
-
-from opentelemetry import trace
-from opentelemetry.context import Context
-from opentelemetry.trace import (
-    Link,
-    NonRecordingSpan,
-    Span,
-    SpanContext,
-    SpanKind,
-    Status,
-    StatusCode,
-    TraceFlags,
-    Tracer,
-    format_span_id,
-    format_trace_id,
-)
+from typing import TYPE_CHECKING, Any, Protocol
 
 from keel.core.events import Event, EventType, NewEvent
 from keel.core.state import RunState
@@ -56,6 +41,8 @@ from keel.store.base import Store, iter_all_events
 
 if TYPE_CHECKING:
     from keel.runtime.tracing import Tracing
+
+SpanIds = tuple[int, int]  # (trace id, span id)
 
 LOG = logging.getLogger("keel.tracing")
 MAX_LINKS = 32  # earlier traces a run span links to, the latest ones
@@ -69,30 +56,62 @@ WAIT_ANSWERED = {"approval_granted", "approval_denied", "input_received", "signo
 DRIVE_STARTED = {"trace_started", "run_resumed"}  # a later drive began here
 
 
+class SpanWriter(Protocol):
+    """Where a tracer's spans go: an OpenTelemetry tracer (``keel.runtime.api_spans``) or
+    Keel's own OTLP exporter (``keel.runtime.otlp_export``). Times are ns since the
+    epoch; a span handle is the writer's own."""
+
+    def open(
+        self,
+        name: str,
+        parent: Any,
+        *,
+        kind: str,
+        attributes: dict[str, Any],
+        start: int | None,
+        links: Sequence[SpanIds] = (),
+    ) -> Any:
+        """A span started at ``start`` (None: now) under ``parent``: a handle ``open``
+        returned, the ids of a span elsewhere, or None (a new trace, or the caller's
+        current span)."""
+
+    def close(
+        self,
+        span: Any,
+        end: int | None,
+        *,
+        attributes: dict[str, Any] | None = None,
+        error: str | None = None,
+    ) -> None:
+        """End ``span`` (None: now), with more attributes; ``error``: it ended in error."""
+
+    def event(self, span: Any, name: str, attributes: dict[str, Any], at: int) -> None: ...
+
+    def ids(self, span: Any) -> SpanIds: ...
+
+
 class RunTracer:
     """The spans of one drive of one run, made from its stored events (module doc)."""
 
     def __init__(
         self,
-        tracer: Tracer,
+        writer: SpanWriter,
         store: Store,
         state: RunState,
         *,
-        parent: SpanContext | None = None,
+        parent: SpanIds | None = None,
         tracing: Tracing | None = None,
     ) -> None:
         """``parent``: the run span of this run's parent, when it is driven in this
         process too (the child's spans are then in the parent's trace)."""
         self.run_id = state.run_id
-        self._tracer = tracer
+        self._writer = writer
         self._store = store
         self._state = state  # the run as last stored
         self._parent = parent
         self._tracing = tracing
-        self._run: Span | None = None
-        self._run_context: Context | None = None
-        self._step: Span | None = None
-        self._step_context: Context | None = None
+        self._run: Any = None
+        self._step: Any = None
         self._step_no = 0
         self._model_spec = ""  # the latest model_requested's model
         self._started: dict[str, tuple[int, str]] = {}  # call id -> (start ns, effect)
@@ -134,30 +153,30 @@ class RunTracer:
             attributes["keel.parent_run_id"] = state.parent_id
         if state.last_seq > 1:
             attributes["keel.resumed"] = True  # driven before (the log names its traces)
-        parent = trace.set_span_in_context(NonRecordingSpan(self._parent)) if self._parent else None
-        self._run = self._tracer.start_span(
+        self._run = self._writer.open(
             f"invoke_agent {agent}",
-            context=parent,
-            kind=SpanKind.INTERNAL,
+            self._parent,
+            kind="internal",
             attributes=attributes,
-            links=[Link(ids) for ids in earlier[-MAX_LINKS:]],
+            start=None,
+            links=earlier[-MAX_LINKS:],
         )
-        self._run_context = trace.set_span_in_context(self._run)
-        ids = self._run.get_span_context()
+        trace_id, span_id = ids = self._writer.ids(self._run)
         if self._tracing is not None:
             self._tracing.opened(self.run_id, ids)
         for asked, answered, asked_in in waits:
             self._wait_span(asked, answered, asked_in)
-        data = {"trace_id": format_trace_id(ids.trace_id), "span_id": format_span_id(ids.span_id)}
+        data = {"trace_id": f"{trace_id:032x}", "span_id": f"{span_id:016x}"}
         return [NewEvent(type=EventType.TRACE_STARTED, data=data)]
 
     def observing(self, downstream: EventSink | None) -> EventSink:
         """The driver's event sink: this tracer, then ``downstream`` (the harness's)."""
+        observe = self.observe
         if downstream is None:
-            return self.observe
+            return observe
 
         def both(event: Event, state: RunState) -> None:
-            self.observe(event, state)
+            observe(event, state)
             downstream(event, state)
 
         return both
@@ -174,8 +193,8 @@ class RunTracer:
             self._broken = True
             LOG.warning("tracing of run %s stopped", self.run_id, exc_info=True)
 
-    def end(self, error: BaseException | None = None) -> None:
-        """Close the step and the run span with where the run stands (as last stored);
+    def end(self, state: RunState, error: BaseException | None = None) -> None:
+        """Close the step and the run span with where the run stands (``state``);
         ``error`` is what stopped the drive, if anything did."""
         run = self._run
         if run is None:
@@ -184,9 +203,8 @@ class RunTracer:
         try:
             now = time.time_ns()
             if self._step is not None:
-                self._step.end(now)
+                self._writer.close(self._step, now)
                 self._step = None
-            state = self._state
             usage = state.usage
             attributes: dict[str, Any] = {
                 "keel.status": state.status.value,
@@ -198,15 +216,14 @@ class RunTracer:
             }
             if state.reason:
                 attributes["keel.stop_reason"] = state.reason
-            run.set_attributes(attributes)
+            failure = None
             if error is not None:
-                run.record_exception(error)
-                run.set_attribute("error.type", type(error).__name__)
-                run.set_status(Status(StatusCode.ERROR, _short(str(error))))
+                attributes["error.type"] = type(error).__name__
+                failure = _short(f"{type(error).__name__}: {error}")
             elif state.status is RunStatus.FAILED:
-                run.set_attribute("error.type", (state.reason or "failed").split(":")[0])
-                run.set_status(Status(StatusCode.ERROR, _short(state.reason or "failed")))
-            run.end(now)
+                attributes["error.type"] = (state.reason or "failed").split(":")[0]
+                failure = _short(state.reason or "failed")
+            self._writer.close(run, now, attributes=attributes, error=failure)
         except Exception:
             LOG.warning("tracing of run %s could not end its span", self.run_id, exc_info=True)
         finally:
@@ -219,15 +236,11 @@ class RunTracer:
         if self._step is not None:
             if step == self._step_no:
                 return
-            self._step.end(start)
+            self._writer.close(self._step, start)
         self._step_no = step
-        self._step = self._tracer.start_span(
-            "keel.step",
-            context=self._run_context,
-            attributes={"keel.step": step},
-            start_time=start,
+        self._step = self._writer.open(
+            "keel.step", self._run, kind="internal", attributes={"keel.step": step}, start=start
         )
-        self._step_context = trace.set_span_in_context(self._step)
 
     def _model_requested(self, event: Event, at: int) -> None:
         self._model_spec = str(event.data.get("model") or "")
@@ -248,7 +261,6 @@ class RunTracer:
             "gen_ai.usage.input_tokens": _count(usage.get("input_tokens")),
             "gen_ai.usage.output_tokens": _count(usage.get("output_tokens")),
             "keel.cost_usd": float(d.get("cost") or 0.0),
-            "keel.step": step,
         }
         cached, reasoning = usage.get("cached_input_tokens"), usage.get("reasoning_tokens")
         if cached:
@@ -260,17 +272,15 @@ class RunTracer:
         finish = d.get("finish_reason")
         if finish:
             attributes["gen_ai.response.finish_reasons"] = (str(finish),)
-        span = self._tracer.start_span(
-            f"chat {model}",
-            context=self._step_context,
-            kind=SpanKind.CLIENT,
-            attributes=attributes,
-            start_time=start,
-        )
+        failure = None
         if finish in ("content_filter", "refusal"):
-            span.set_attribute("error.type", str(finish))
-            span.set_status(Status(StatusCode.ERROR, f"the provider declined ({finish})"))
-        span.end(at)
+            attributes["error.type"] = str(finish)
+            failure = f"the provider declined ({finish})"
+        writer = self._writer
+        span = writer.open(
+            f"chat {model}", self._step, kind="client", attributes=attributes, start=start
+        )
+        writer.close(span, at, error=failure)
         self._model_spec = ""
 
     def _tool_started(self, event: Event, at: int) -> None:
@@ -290,21 +300,18 @@ class RunTracer:
             "gen_ai.tool.name": tool,
             "gen_ai.tool.call.id": call_id,
             "gen_ai.tool.type": "extension" if tool.startswith("mcp__") else "function",
-            "keel.step": self._step_no,
         }
         if started is not None and started[1]:
             attributes["keel.tool.effect"] = started[1]
-        span = self._tracer.start_span(
-            f"execute_tool {tool}",
-            context=self._step_context,
-            kind=SpanKind.INTERNAL,
-            attributes=attributes,
-            start_time=start,
-        )
+        failure = None
         if event.type is EventType.TOOL_FAILED:
-            span.set_attribute("error.type", str(d.get("error_kind") or "_OTHER"))
-            span.set_status(Status(StatusCode.ERROR, _short(str(d.get("message") or ""))))
-        span.end(at)
+            attributes["error.type"] = str(d.get("error_kind") or "_OTHER")
+            failure = _short(str(d.get("message") or ""))
+        writer = self._writer
+        span = writer.open(
+            f"execute_tool {tool}", self._step, kind="internal", attributes=attributes, start=start
+        )
+        writer.close(span, at, error=failure)
 
     def _verification_started(self, event: Event, at: int) -> None:
         self._verifying = at
@@ -319,43 +326,43 @@ class RunTracer:
         attributes: dict[str, Any] = {
             "keel.verify.passed": passed,
             "keel.verify.commands": len(records),
-            "keel.step": self._step_no,
         }
         if gaps:
             attributes["keel.verify.gaps"] = len(gaps)
-        span = self._tracer.start_span(
+        failure = None if passed else _short(str(gaps[0]) if gaps else "failed")
+        span = self._writer.open(
             "keel.verify",
-            context=self._step_context or self._run_context,
+            self._step if self._step is not None else self._run,
+            kind="internal",
             attributes=attributes,
-            start_time=start,
+            start=start,
         )
-        if not passed:
-            span.set_status(Status(StatusCode.ERROR, _short(str(gaps[0]) if gaps else "failed")))
-        span.end(at)
+        self._writer.close(span, at, error=failure)
 
     def _retry_scheduled(self, event: Event, at: int) -> None:
         if self._run is not None:
             d = event.data
-            self._run.add_event(
+            self._writer.event(
+                self._run,
                 "keel.retry",
                 {
                     "keel.retry.attempt": _count(d.get("attempt")),
                     "keel.retry.wait_seconds": float(d.get("wait_seconds") or 0.0),
                     "keel.retry.error": _short(str(d.get("error") or "")),
                 },
-                timestamp=at,
+                at,
             )
 
     # --- what earlier drives left in the log ---------------------------------------------
 
     def _read_log(
         self,
-    ) -> tuple[list[SpanContext], list[tuple[Event, Event, SpanContext | None]]]:
+    ) -> tuple[list[SpanIds], list[tuple[Event, Event, SpanIds | None]]]:
         """The run spans earlier drives recorded, and the waits for a person answered
         since the latest drive began (each with the run span of the drive that asked)."""
-        earlier: list[SpanContext] = []
-        asked: dict[str, tuple[Event, SpanContext | None]] = {}
-        waits: list[tuple[Event, Event, SpanContext | None]] = []
+        earlier: list[SpanIds] = []
+        asked: dict[str, tuple[Event, SpanIds | None]] = {}
+        waits: list[tuple[Event, Event, SpanIds | None]] = []
         for event in iter_all_events(self._store, self.run_id):
             kind = event.type.value
             if kind in DRIVE_STARTED:
@@ -372,7 +379,7 @@ class RunTracer:
                     waits.append((found[0], event, found[1]))
         return earlier, waits
 
-    def _wait_span(self, asked: Event, answered: Event, asked_in: SpanContext | None) -> None:
+    def _wait_span(self, asked: Event, answered: Event, asked_in: SpanIds | None) -> None:
         a, b = asked.data, answered.data
         kind = a.get("kind") or asked.type.value.removesuffix("_requested")
         attributes: dict[str, Any] = {
@@ -387,14 +394,15 @@ class RunTracer:
             attributes["keel.wait.verifier"] = str(a["verifier"])
         if b.get("by"):
             attributes["keel.wait.by"] = str(b["by"])
-        span = self._tracer.start_span(
+        span = self._writer.open(
             "keel.wait",
-            context=self._run_context,
+            self._run,
+            kind="internal",
             attributes=attributes,
-            links=[Link(asked_in)] if asked_in is not None else None,
-            start_time=_ns(asked.recorded_at),
+            start=_ns(asked.recorded_at),
+            links=[asked_in] if asked_in is not None else (),
         )
-        span.end(_ns(answered.recorded_at))
+        self._writer.close(span, _ns(answered.recorded_at))
 
 
 @functools.lru_cache(maxsize=64)
@@ -410,19 +418,14 @@ def model_names(spec: str) -> tuple[str, str]:
     return provider, name
 
 
-def _recorded_span(data: dict[str, Any]) -> SpanContext | None:
+def _recorded_span(data: dict[str, Any]) -> SpanIds | None:
     """The run span a ``trace_started`` event names (None if it names none validly)."""
     try:
         trace_id, span_id = int(str(data["trace_id"]), 16), int(str(data["span_id"]), 16)
     except (KeyError, ValueError):
         return None
-    ids = SpanContext(
-        trace_id=trace_id,
-        span_id=span_id,
-        is_remote=True,
-        trace_flags=TraceFlags(TraceFlags.SAMPLED),
-    )
-    return ids if ids.is_valid else None
+    valid = 0 < trace_id < 1 << 128 and 0 < span_id < 1 << 64
+    return (trace_id, span_id) if valid else None
 
 
 def _wait_key(event: Event) -> str:
