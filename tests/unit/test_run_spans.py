@@ -60,6 +60,9 @@ def test_spans_go_to_the_traces_endpoint_or_the_base_endpoints_v1_traces(
 
 pytest.importorskip("opentelemetry.sdk.trace", reason="the otel extra is not installed")
 
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (  # noqa: E402
+    ExportTraceServiceRequest,
+)
 from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E402
@@ -67,6 +70,16 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E4
 )
 from opentelemetry.trace import StatusCode  # noqa: E402
 
+from keel.runtime.api_spans import ApiWriter  # noqa: E402
+from keel.runtime.otlp_export import (  # noqa: E402
+    KIND_CLIENT,
+    SpanRecord,
+    encode_request,
+    encode_resource,
+    encode_scope,
+    parse_pairs,
+    resource_attributes,
+)
 from keel.runtime.run_spans import RunTracer, model_names  # noqa: E402
 
 T0 = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -95,7 +108,8 @@ class Feed:
         provider = TracerProvider(shutdown_on_exit=False)
         provider.add_span_processor(SimpleSpanProcessor(self.exporter))
         self.state = RunState(run_id=RUN, last_seq=1)
-        self.tracer = RunTracer(provider.get_tracer("test"), store=None, state=self.state)  # type: ignore[arg-type]
+        writer = ApiWriter(provider.get_tracer("test"))
+        self.tracer = RunTracer(writer, store=None, state=self.state)  # type: ignore[arg-type]
         self.seq = 1
         self.records = self.tracer.begin(self.state)
 
@@ -125,7 +139,7 @@ def test_a_read_stored_with_the_next_step_keeps_its_own_time() -> None:
     feed.event(EventType.MODEL_REQUESTED, 10.0, step=1, model="openai:gpt-4o")
     feed.event(EventType.MODEL_RESPONDED, 10.0, step=1, elapsed_s=4.0, usage={}, cost=0.0)
     feed.event(EventType.TOOL_FINISHED, 10.0, call_id="c1", tool="read_file", elapsed_s=0.5)
-    feed.tracer.end()
+    feed.tracer.end(feed.state)
     spans = feed.spans()
     chat, read = spans["chat gpt-4o"], spans["execute_tool read_file"]
     assert (chat.start_time, chat.end_time) == (ns(6.0), ns(10.0))
@@ -138,7 +152,7 @@ def test_a_step_ends_where_the_next_one_starts() -> None:
     for step, at in ((1, 2.0), (2, 5.0)):
         feed.event(EventType.MODEL_REQUESTED, at, step=step, model="openai:gpt-4o")
         feed.event(EventType.MODEL_RESPONDED, at, step=step, elapsed_s=1.0, usage={})
-    feed.tracer.end()
+    feed.tracer.end(feed.state)
     first, second = sorted(
         (s for s in feed.exporter.get_finished_spans() if s.name == "keel.step"),
         key=lambda s: s.start_time or 0,
@@ -151,7 +165,7 @@ def test_a_call_finished_on_resume_gets_a_step_and_a_call_with_no_time_is_an_ins
     feed = Feed()
     feed.state = RunState(run_id=RUN, last_seq=1, usage=feed.state.usage.add(steps=3))
     feed.event(EventType.TOOL_FINISHED, 7.0, call_id="c9", tool="write_file")  # reconciled
-    feed.tracer.end()
+    feed.tracer.end(feed.state)
     spans = feed.spans()
     write = spans["execute_tool write_file"]
     assert write.start_time == write.end_time == ns(7.0)
@@ -170,7 +184,7 @@ def test_a_failed_call_is_an_error_with_its_kind_and_message() -> None:
         error_kind="timeout",
         message="x" * 500,
     )
-    feed.tracer.end()
+    feed.tracer.end(feed.state)
     span = feed.spans()["execute_tool run_command"]
     assert span.start_time == ns(1.0)  # no elapsed_s: from its tool_started
     assert span.status.status_code is StatusCode.ERROR
@@ -184,7 +198,7 @@ def test_an_event_tracing_cannot_read_stops_tracing_the_run_not_the_run() -> Non
     feed = Feed()
     feed.event(EventType.MODEL_RESPONDED, 1.0, step="one", elapsed_s=0.1, usage=["bad"])
     feed.event(EventType.TOOL_FINISHED, 2.0, call_id="c1", tool="read_file", elapsed_s=0.1)
-    feed.tracer.end()
+    feed.tracer.end(feed.state)
     names = sorted(s.name for s in feed.exporter.get_finished_spans())
     assert "invoke_agent keel" in names
     assert "execute_tool read_file" not in names  # tracing of this run stopped
@@ -193,10 +207,87 @@ def test_an_event_tracing_cannot_read_stops_tracing_the_run_not_the_run() -> Non
 def test_the_trace_record_names_the_run_span() -> None:
     feed = Feed()
     (record,) = feed.records
-    feed.tracer.end()
+    feed.tracer.end(feed.state)
     run = feed.spans()["invoke_agent keel"]
     assert record.type is EventType.TRACE_STARTED
     assert record.data == {
         "trace_id": f"{run.context.trace_id:032x}",
         "span_id": f"{run.context.span_id:016x}",
     }
+
+
+# --- Keel's OTLP encoder, read back with opentelemetry-proto --------------------------------
+
+
+def test_the_otlp_encoding_reads_back_as_the_same_span() -> None:
+    span = SpanRecord(
+        trace_id=0x0123456789ABCDEF0123456789ABCDEF,
+        span_id=0x1122334455667788,
+        parent_id=0x0102030405060708,
+        name="chat deepseek-chat",
+        kind=KIND_CLIENT,
+        start=1_700_000_000_000_000_001,
+        end=1_700_000_000_500_000_002,
+        attributes={
+            "gen_ai.request.model": "deepseek-chat",
+            "gen_ai.usage.input_tokens": 120,
+            "keel.delta": -3,
+            "keel.cost_usd": 0.0125,
+            "keel.resumed": True,
+            "gen_ai.response.finish_reasons": ("stop", "length"),
+            "keel.text": "naïve ✓",
+        },
+        events=[(1_700_000_000_100_000_000, "keel.retry", {"keel.retry.attempt": 2})],
+        links=[(0xABC, 0xDEF)],
+        error="the provider declined",
+    )
+    body = encode_request(
+        encode_resource({"service.name": "keel"}), encode_scope("keel", "1.2"), [span, span]
+    )
+    request = ExportTraceServiceRequest()
+    request.ParseFromString(body)
+    (resource_spans,) = request.resource_spans
+    assert [(a.key, a.value.string_value) for a in resource_spans.resource.attributes] == [
+        ("service.name", "keel")
+    ]
+    (scope_spans,) = resource_spans.scope_spans
+    assert (scope_spans.scope.name, scope_spans.scope.version) == ("keel", "1.2")
+    assert len(scope_spans.spans) == 2
+    got = scope_spans.spans[0]
+    assert got.trace_id == span.trace_id.to_bytes(16, "big")
+    assert got.span_id == span.span_id.to_bytes(8, "big")
+    assert got.parent_span_id == span.parent_id.to_bytes(8, "big")
+    assert got.name == "chat deepseek-chat"
+    assert got.kind == 3  # SPAN_KIND_CLIENT
+    assert (got.start_time_unix_nano, got.end_time_unix_nano) == (span.start, span.end)
+    values = {a.key: a.value for a in got.attributes}
+    assert values["gen_ai.request.model"].string_value == "deepseek-chat"
+    assert values["gen_ai.usage.input_tokens"].int_value == 120
+    assert values["keel.delta"].int_value == -3
+    assert values["keel.cost_usd"].double_value == 0.0125
+    assert values["keel.resumed"].bool_value is True
+    finish = values["gen_ai.response.finish_reasons"].array_value.values
+    assert [v.string_value for v in finish] == ["stop", "length"]
+    assert values["keel.text"].string_value == "naïve ✓"
+    (event,) = got.events
+    assert (event.time_unix_nano, event.name) == (1_700_000_000_100_000_000, "keel.retry")
+    assert event.attributes[0].value.int_value == 2
+    (link,) = got.links
+    assert (int.from_bytes(link.trace_id, "big"), int.from_bytes(link.span_id, "big")) == (
+        0xABC,
+        0xDEF,
+    )
+    assert got.status.code == 2 and got.status.message == "the provider declined"
+    assert scope_spans.spans[1] == got
+
+
+def test_headers_and_resource_attributes_are_read_as_otlp_writes_them() -> None:
+    assert parse_pairs("api-key=a%20b, x-tenant=t1,broken,=nokey") == {
+        "api-key": "a b",
+        "x-tenant": "t1",
+    }
+    environ = {"OTEL_RESOURCE_ATTRIBUTES": "deployment.environment=ci,service.name=a"}
+    assert resource_attributes(environ, "1")["service.name"] == "a"
+    assert resource_attributes(environ, "1")["deployment.environment"] == "ci"
+    assert resource_attributes({**environ, "OTEL_SERVICE_NAME": "b"}, "1")["service.name"] == "b"
+    assert resource_attributes({}, "1")["service.name"] == "keel"
