@@ -55,6 +55,7 @@ before every request (the last two only). Target: at most 10 ms.
         [--context-events N]
     .venv/bin/python bench/loop.py --context-only   # the context build alone
     .venv/bin/python bench/loop.py --middleware-only   # 5 no-op middleware against none
+    .venv/bin/python bench/loop.py --tracing-only   # OTLP tracing on against off
 
 Prints one JSON object.
 """
@@ -490,6 +491,13 @@ def middleware_overhead() -> dict[str, Any]:
     return measure()
 
 
+def tracing_overhead() -> dict[str, Any]:
+    """Tracing on (OTLP/HTTP to a loopback receiver) against off (bench/loop_tracing.py)."""
+    from loop_tracing import measure  # noqa: PLC0415 - it imports this module
+
+    return measure()
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="50,200,1000")
@@ -505,6 +513,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--middleware-only", action="store_true", help="only 5 no-op middleware against none"
     )
+    parser.add_argument(
+        "--tracing-only", action="store_true", help="only OTLP tracing on against off"
+    )
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -517,6 +528,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     if args.middleware_only:
         print(json.dumps({"keel": {"middleware": middleware_overhead()}}, indent=2))
+        return
+    if args.tracing_only:
+        print(json.dumps({"keel": {"tracing": tracing_overhead()}}, indent=2))
         return
     sizes = [int(s) for s in args.sizes.split(",")]
     largest = max(sizes)
@@ -543,6 +557,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         keel: dict[str, Any] = {}
         keel["peak_memory_kib"] = {str(n): keel_peak_memory_kib(n, folder) for n in sizes}
         keel["middleware"] = middleware_overhead()
+        keel["tracing"] = tracing_overhead()
         keel["context_build"] = keel_context_build(args.context_events, folder / "context")
         report["keel"] = keel
     print(json.dumps(report, indent=2))
