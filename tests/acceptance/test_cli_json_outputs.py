@@ -148,5 +148,8 @@ def test_every_json_command_prints_strict_json(ws: KeelWorkspace) -> None:
     keel("tasks", "cancel", third, "--reason", "not needed")
     keel("tasks", "graph")
     assert keel("gc")[0] == {"dry_run": False, "removed": [], "kept": [], "problems": []}
+    suite = Path(__file__).resolve().parents[2] / "examples" / "eval" / "suite.toml"
+    report = keel("eval", str(suite), "--repetitions", "1", "--workdir", str(ws.root / "evals"))
+    assert report[0]["passed"] is True
 
     assert keel.ran == commands_with_json(), "drive every --json command in this test"
