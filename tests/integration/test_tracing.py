@@ -8,6 +8,7 @@ are scripted; the store is a SQLite file.
 
 from __future__ import annotations
 
+import gzip
 import itertools
 import json
 import os
@@ -39,6 +40,7 @@ from keel.core.errors import ConfigError
 from keel.core.events import Event, EventType
 from keel.core.status import RunStatus
 from keel.runtime.harness import Harness
+from keel.runtime.otlp_export import OtlpExporter, OtlpWriter
 from keel.store.url import open_store
 from keel.testing import ScriptedModel
 from keel.testing.agents import write_agent
@@ -305,14 +307,26 @@ def test_a_resumed_run_links_to_the_trace_of_the_process_that_was_killed(
 class OtlpReceiver:
     """A collector's OTLP/HTTP trace endpoint on 127.0.0.1: decodes every POST /v1/traces."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, unavailable: int = 0) -> None:
+        """``unavailable``: how many requests are answered 503 before the first 200."""
         self.requests: list[ExportTraceServiceRequest] = []
         self.paths: list[str] = []
+        self.headers: list[dict[str, str]] = []
+        self.unavailable = unavailable
         received = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                received.headers.append(dict(self.headers))
+                if received.unavailable:
+                    received.unavailable -= 1
+                    self.send_response(503)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                if self.headers.get("Content-Encoding") == "gzip":
+                    body = gzip.decompress(body)
                 request = ExportTraceServiceRequest()
                 request.ParseFromString(body)
                 received.paths.append(self.path)
@@ -573,3 +587,30 @@ def test_a_grpc_protocol_is_refused_before_the_run_is_driven(
         after = h.get(state.run_id)
     assert after.last_seq == state.last_seq  # nothing was written
     assert (workspace / "a.txt").read_text() == "hello\n"
+
+
+def test_the_exporter_sends_headers_gzip_and_retries_an_unavailable_collector() -> None:
+    environ = {
+        "OTEL_EXPORTER_OTLP_HEADERS": "authorization=Bearer%20t0ken,x-tenant=keel",
+        "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION": "gzip",
+        "OTEL_SERVICE_NAME": "agents",
+    }
+    with OtlpReceiver(unavailable=1) as receiver:
+        exporter = OtlpExporter(f"{receiver.endpoint}/v1/traces", environ=environ)
+        writer = OtlpWriter(exporter)
+        run = writer.open("invoke_agent keel", None, kind="internal", attributes={}, start=1)
+        step = writer.open("keel.step", run, kind="internal", attributes={"keel.step": 1}, start=2)
+        writer.close(step, 3)
+        writer.close(run, 4, attributes={"keel.status": "completed"})
+        exporter.flush()
+    assert len(receiver.headers) == 2  # a 503, then the same spans again
+    sent = receiver.headers[-1]
+    assert sent["authorization"] == "Bearer t0ken" and sent["x-tenant"] == "keel"
+    assert sent["Content-Encoding"] == "gzip"
+    assert sent["Content-Type"] == "application/x-protobuf"
+    spans = receiver.spans()
+    assert sorted(span.name for _, span in spans) == ["invoke_agent keel", "keel.step"]
+    assert spans[0][0]["service.name"] == "agents"
+    by_name = {span.name: span for _, span in spans}
+    assert by_name["keel.step"].parent_span_id == by_name["invoke_agent keel"].span_id
+    assert exporter.sent == 2

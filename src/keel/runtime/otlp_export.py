@@ -318,8 +318,12 @@ class OtlpExporter:
             self._wake.set()
 
     def flush(self) -> None:
-        """Send everything queued now, in this thread."""
-        self._send_queued()
+        """Send everything queued now, in this thread (a failure is logged, not raised:
+        it runs in ``Harness.close`` and at exit)."""
+        try:
+            self._send_queued()
+        except Exception:
+            LOG.warning("sending spans failed", exc_info=True)
 
     def _work(self) -> None:
         while True:
