@@ -291,3 +291,23 @@ def test_headers_and_resource_attributes_are_read_as_otlp_writes_them() -> None:
     assert resource_attributes(environ, "1")["deployment.environment"] == "ci"
     assert resource_attributes({**environ, "OTEL_SERVICE_NAME": "b"}, "1")["service.name"] == "b"
     assert resource_attributes({}, "1")["service.name"] == "keel"
+
+
+def test_a_tracer_that_cannot_read_the_log_leaves_the_drive_untraced() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    state = RunState(run_id=RUN, last_seq=5)  # a resume: the log is read, and fails here
+    tracer = RunTracer(ApiWriter(provider.get_tracer("test")), store=None, state=state)  # type: ignore[arg-type]
+    assert tracer.begin(state) == []
+    event = Event(
+        run_id=RUN,
+        seq=6,
+        event_id="e6",
+        type=EventType.TOOL_FINISHED,
+        recorded_at=T0,
+        data={"call_id": "c1", "tool": "read_file"},
+    )
+    tracer.observe(event, state)
+    tracer.end(state)
+    assert exporter.get_finished_spans() == ()

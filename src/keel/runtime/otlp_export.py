@@ -116,37 +116,46 @@ def _any_value(value: Any) -> bytes:
     return _field(1, str(value).encode("utf-8", "replace"))
 
 
-_encoded: dict[tuple[int, str, type, Any], bytes] = {}
+# Encoded attributes kept for reuse: whole KeyValue fields for the values that repeat
+# (operation, provider, model and tool names, the run id, small numbers), and every key's
+# own bytes. Values that rarely repeat (call ids, large counts, costs) are encoded each
+# time: keeping them would only fill the cache.
+_encoded: dict[tuple[int, str, Any], bytes] = {}
+_keys: dict[str, bytes] = {}
+UNIQUE_VALUES = frozenset({"gen_ai.tool.call.id"})
+SMALL_INT = 256  # step numbers, small token counts: kept; larger numbers are encoded anew
 
 
 def _key_value(number: int, key: str, value: Any) -> bytes:
-    """Field ``number`` holding a KeyValue; the bytes of a pair seen before are reused."""
-    cached: tuple[int, str, type, Any] | None = (number, key, type(value), value)
-    try:
-        encoded = _encoded.get(cached)  # type: ignore[arg-type]
-    except TypeError:  # an unhashable value (a list): encoded each time
-        encoded, cached = None, None
-    if encoded is None:
-        encoded = _field(number, _field(1, key.encode()) + _field(2, _any_value(value)))
-        if cached is not None:
-            if len(_encoded) >= _CACHE_LIMIT:
-                _encoded.clear()
-            _encoded[cached] = encoded
+    """Field ``number`` holding the KeyValue ``key``: ``value``."""
+    kind = type(value)
+    reused = (
+        (kind is str and key not in UNIQUE_VALUES)
+        or kind is bool
+        or (kind is int and 0 <= value < SMALL_INT)
+        or (kind is float and value == 0.0)
+    )
+    if reused:
+        encoded = _encoded.get((number, key, value))
+        if encoded is not None:
+            return encoded
+    key_field = _keys.get(key)
+    if key_field is None:
+        key_field = _field(1, key.encode("utf-8", "replace"))
+        if len(_keys) < _CACHE_LIMIT:
+            _keys[key] = key_field
+    encoded = _field(number, key_field + _field(2, _any_value(value)))
+    if reused:
+        if len(_encoded) >= _CACHE_LIMIT:
+            _encoded.clear()
+        _encoded[(number, key, value)] = encoded
     return encoded
 
 
 def _attributes(number: int, attributes: Mapping[str, Any]) -> bytes:
-    get = _encoded.get
-    parts = []
-    for key, value in attributes.items():
-        if value is None:
-            continue
-        try:
-            encoded = get((number, key, type(value), value))
-        except TypeError:
-            encoded = None
-        parts.append(encoded if encoded is not None else _key_value(number, key, value))
-    return b"".join(parts)
+    return b"".join(
+        [_key_value(number, key, value) for key, value in attributes.items() if value is not None]
+    )
 
 
 _names: dict[str, bytes] = {}

@@ -133,8 +133,17 @@ class RunTracer:
 
     def begin(self, state: RunState) -> list[NewEvent]:
         """Open the run span of a drive of ``state`` (as read under the run's lease),
-        linked to the traces the log names; the ``trace_started`` event to store with
-        the drive's first step."""
+        linked to the traces the log names (a resumed run's log is read once, here); the
+        ``trace_started`` event to store with the drive's first step. If that fails, the
+        drive goes on untraced (logged) and nothing is recorded."""
+        try:
+            return self._begin(state)
+        except Exception:
+            self._run = None
+            LOG.warning("tracing of run %s could not start", self.run_id, exc_info=True)
+            return []
+
+    def _begin(self, state: RunState) -> list[NewEvent]:
         self._state = state
         earlier, waits = self._read_log() if state.last_seq > 1 else ([], [])
         agent = str((state.options.agent or {}).get("name") or DEFAULT_AGENT)
