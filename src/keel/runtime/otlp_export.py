@@ -336,17 +336,19 @@ class OtlpExporter:
 
     def _work(self) -> None:
         while True:
-            self._wake.wait(SCHEDULE_S)
+            woken = self._wake.wait(SCHEDULE_S)
             self._wake.clear()
             try:
-                self._send_queued()
+                # Woken by a full batch: send full batches only, so a busy driver is not
+                # chased by a stream of small requests; on the schedule, everything.
+                self._send_queued(full_only=woken)
             except Exception:  # the thread outlives any one failure
                 LOG.warning("sending spans failed", exc_info=True)
 
-    def _send_queued(self) -> None:
+    def _send_queued(self, *, full_only: bool = False) -> None:
         with self._sending:
             queued = self._queue
-            while queued:
+            while len(queued) >= (BATCH if full_only else 1):
                 batch = [queued.popleft() for _ in range(min(BATCH, len(queued)))]
                 self._send(request_body(self._resource, self._scope, batch), len(batch))
             if self.dropped:
