@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from functools import lru_cache
 
 # Never writable by the model, in any mode, by file tools or by commands.
 DEFAULT_PROTECTED: tuple[str, ...] = (".keel", ".git/config", ".git/hooks")
@@ -28,8 +29,12 @@ DEFAULT_SECRET: tuple[str, ...] = (".env", ".env.*")
 PLAN_FILE = "plans/PLAN.md"
 
 
+@lru_cache(maxsize=4096)
 def covered_by(rel: str, patterns: tuple[str, ...]) -> str | None:
-    """The first pattern covering ``rel`` (itself or a parent directory), else None."""
+    """The first pattern covering ``rel`` (itself or a parent directory), else None.
+
+    Pure, so answers are cached (a run asks about the same few paths at every step:
+    the guard is consulted several times per call)."""
     parts = [p for p in rel.split("/") if p not in ("", ".")]
     for pattern in patterns:
         anchored = "/" in pattern.strip("/")
