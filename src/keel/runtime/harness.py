@@ -11,7 +11,6 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,9 +19,8 @@ from keel.core.errors import ConfigError
 from keel.core.events import Event
 from keel.core.records import RunOptions
 from keel.core.state import RunState
-from keel.core.status import RunStatus
 from keel.core.tags import check_tags
-from keel.core.verifiers import check_outcome, check_signoffs, evidence_map, named_verifiers
+from keel.core.verifiers import check_outcome, check_signoffs, named_verifiers
 from keel.loop.driver import DeltaSink, Driver, EventSink, LeaseGuard
 from keel.loop.middleware import Middleware
 from keel.models.base import Model
@@ -31,12 +29,10 @@ from keel.models.context_sizes import check_context_tokens
 from keel.models.resolve import resolve_model
 from keel.policy.modes import parse_mode
 from keel.policy.rules import Policy
-from keel.runtime import decisions, steering
 from keel.runtime.agent_config import load_agent_settings
 from keel.runtime.agent_runs import agent_run, allowlist
 from keel.runtime.agent_specs import load_agent_spec
 from keel.runtime.approval_config import load_approval_settings
-from keel.runtime.cancel_tree import CancelReport, cancel_tree
 from keel.runtime.child_slots import execute_child
 from keel.runtime.config import load_sandbox_settings
 from keel.runtime.containment import Containment, contain, store_files
@@ -53,6 +49,8 @@ from keel.runtime.heartbeat import Heartbeat
 from keel.runtime.hooks import RunMiddleware
 from keel.runtime.identity import process_owner
 from keel.runtime.mcp_servers import load_mcp_servers
+from keel.runtime.outcome import EXIT_CODES, RunOutcome
+from keel.runtime.people import PeopleDecisions
 from keel.runtime.resume import read_policy_again, resume_events
 from keel.runtime.run_models import (
     RunRedaction,
@@ -89,53 +87,8 @@ if TYPE_CHECKING:
 # (what it was asked), so it is made afresh for every run.
 SHARED_MODEL_PROVIDERS = frozenset({"deepseek", "openai"})
 
-EXIT_CODES = {
-    RunStatus.COMPLETED: 0,
-    RunStatus.FAILED: 1,
-    RunStatus.WAITING: 3,
-    RunStatus.PAUSED: 3,  # resumable, needs a person: `keel resume`
-    RunStatus.BLOCKED: 4,
-    RunStatus.CANCELLED: 5,
-}
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunOutcome:
-    """Where a run stands after the harness stopped driving it."""
-
-    state: RunState
-
-    @property
-    def id(self) -> str:
-        return self.state.run_id
-
-    @property
-    def status(self) -> RunStatus:
-        return self.state.status
-
-    @property
-    def stop_reason(self) -> str | None:
-        return self.state.reason
-
-    @property
-    def evidence(self) -> list[str]:
-        """The result's evidence: ``artifact:ID`` references (``keel artifact ID`` opens
-        each), in the order of ``evidence_by_name``."""
-        return list(evidence_map(self.state.result).values())
-
-    @property
-    def evidence_by_name(self) -> dict[str, str]:
-        """The result's evidence by verifier name (``code_diff``: the workspace's diff)."""
-        return evidence_map(self.state.result)
-
-    @property
-    def exit_code(self) -> int:
-        """0 completed, 1 failed, 3 waiting or paused, 4 blocked, 5 cancelled, 130
-        interrupted."""
-        return EXIT_CODES.get(self.state.status, 130)
-
-
-class Harness:
+class Harness(PeopleDecisions):
     """Drive runs against a store with a model and tools."""
 
     def __init__(
@@ -565,64 +518,6 @@ class Harness:
         """
         return contain(state, store_files=store_files(self.store), artifacts=self.store)
 
-    # --- people --------------------------------------------------------------------------
-
-    @property
-    def person(self) -> str:
-        """Who decides through this harness when a call names no one: the owner's name
-        without this process's incarnation (``KEEL_AGENT_ID``, else ``user@host``)."""
-        return self.owner.split("/")[0]
-
-    def approve(
-        self, run_id: str, *, deny: bool = False, reason: str | None = None, by: str | None = None
-    ) -> RunState:
-        return decisions.decide_approval(
-            self.store, run_id, deny=deny, reason=reason, by=by or self.person
-        )
-
-    def sign_off(
-        self,
-        run_id: str,
-        verifier: str,
-        *,
-        deny: bool = False,
-        reason: str | None = None,
-        by: str | None = None,
-    ) -> RunState:
-        """Sign off (or decline) as ``verifier`` for a run waiting for it
-        (``decisions.sign_off``); ``resume`` then drives it to completion."""
-        return decisions.sign_off(
-            self.store, run_id, verifier, deny=deny, reason=reason, by=by or self.person
-        )
-
-    def answer(self, run_id: str, text: str, *, by: str | None = None) -> RunState:
-        return decisions.answer_question(self.store, run_id, text, by=by or self.person)
-
-    def pause(self, run_id: str, *, reason: str | None = None, by: str | None = None) -> RunState:
-        """Ask the run to pause after its current step (``steering.request_pause``)."""
-        return steering.request_pause(self.store, run_id, by=by or self.person, reason=reason)
-
-    def resume_paused(self, run_id: str, *, by: str | None = None) -> RunState:
-        """Move a paused run back to ``running`` for a worker to pick up
-        (``steering.resume_run``); ``resume`` drives it here instead."""
-        return steering.resume_run(self.store, run_id, by=by or self.person)
-
-    def message(
-        self, run_id: str, text: str, *, by: str | None = None, queue: bool = False
-    ) -> steering.MessageResult:
-        """A person's message to the run, or a follow-up of an ended run
-        (``steering.send_message``)."""
-        return steering.send_message(self.store, run_id, text, by=by or self.person, queue=queue)
-
-    def cancel(self, run_id: str, reason: str, *, by: str | None = None) -> RunState:
-        """Cancel the run and every live descendant; the run's new state."""
-        return decisions.cancel_run(self.store, run_id, reason, by=by or self.person)
-
-    def cancel_tree(self, run_id: str, reason: str, *, by: str | None = None) -> CancelReport:
-        """Cancel the run and every live descendant (reason ``parent_cancelled``); the
-        report lists them and the side effects already done in the tree."""
-        return cancel_tree(self.store, run_id, reason, by=by or self.person)
-
     # --- reading -------------------------------------------------------------------------
 
     def get(self, run_id: str) -> RunState:
@@ -705,3 +600,6 @@ class Harness:
             if model is None:
                 model = self._models[key] = resolve_model(spec, cwd=cwd)
         return model
+
+
+__all__ = ["EXIT_CODES", "Harness", "RunOutcome"]
