@@ -13,6 +13,7 @@ import pytest
 
 from keel.core.errors import ConfigError
 from keel.core.status import RunStatus
+from keel.core.verifiers import evidence_map
 from keel.runtime.git_source import parse_source
 from keel.runtime.harness import Harness
 from keel.testing.agents import write_script
@@ -90,7 +91,7 @@ def test_a_worker_checks_the_source_out_and_the_change_comes_back_as_a_diff(
         # the model read the feature branch's README
         read = next(e for e in h.events(run.run_id) if e.data.get("tool") == "read_file")
         assert "feature branch" in read.data["output"]
-        diffs = [ref for ref in (run.result or {}).get("evidence", []) if ref.startswith("art")]
+        diffs = [ref for ref in evidence_map(run.result).values() if ref.startswith("art")]
         texts = [h.store.get_artifact(ref.removeprefix("artifact:"))[1] for ref in diffs]
         assert any(b"out.txt" in text and b"made" in text for text in texts)
     assert not Path(queued.workspace).exists()  # checked out for the run, removed after

@@ -25,6 +25,7 @@ undo them, they stay on record.
 from __future__ import annotations
 
 import json
+import random
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,7 +46,7 @@ from keel.tools.base import Effect
 
 PARENT_CANCELLED = "parent_cancelled"
 SIDE_EFFECTS = frozenset({Effect.WRITE.value, Effect.EXECUTE.value, Effect.EXTERNAL.value})
-CANCEL_ATTEMPTS = 8  # optimistic appends per run before a ConcurrentUpdate is raised
+CANCEL_ATTEMPTS = 50  # optimistic appends per run before a ConcurrentUpdate is raised
 MAX_PASSES = 3  # walks of the tree: a later one catches children created during the last
 SUMMARY_CHARS = 120
 
@@ -166,7 +167,10 @@ def _cancel(
         except ConcurrentUpdate:
             if attempt + 1 == CANCEL_ATTEMPTS:
                 raise
-            time.sleep(0.005 * attempt)  # a busy writer: let its step land, then read again
+            # A busy writer: let its step land, then read again. The wait is jittered and
+            # grows (to 20 ms): a writer appending in a tight loop gets the lock back
+            # first when both retry in step, so the cancel would lose every time.
+            time.sleep(random.uniform(0, min(0.02, 0.002 * (attempt + 1))))
             state = store.load_run(state.run_id)
             continue
         return cancelled

@@ -371,7 +371,16 @@ export function runPage(main, runId) {
   }
 
   function evidenceItems(v) {
-    const raw = Array.isArray(v.evidence) ? v.evidence : [];
+    const ev = v.evidence;
+    if (ev && typeof ev === "object" && !Array.isArray(ev)) {
+      // by verifier name: {"unit_tests": "artifact:art_…", "code_diff": …}
+      return Object.entries(ev).map(([name, ref]) => {
+        const text = String(ref);
+        const id = text.startsWith("artifact:") ? text.slice("artifact:".length) : null;
+        return { id, label: name };
+      });
+    }
+    const raw = Array.isArray(ev) ? ev : [];
     return raw.map((item) => {
       if (typeof item === "string") {
         const id = item.startsWith("artifact:") ? item.slice("artifact:".length) : null;
