@@ -476,3 +476,36 @@ def test_an_isolated_child_is_held_by_its_parent_workspaces_hooks(
     assert denied and denied[0]["error_kind"] == "middleware_denied"
     assert "children do not write" in denied[0]["message"]
     assert [c["ctx"]["run_id"] for c in logged(log)] == [child.run_id]
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"[[hooks]]\nname = '\xff\xfe'\n", "not UTF-8 text"),
+        (b"#" * (64 * 1024 + 1), "over 65536 bytes"),
+    ],
+)
+def test_a_hooks_file_that_is_not_text_or_too_big_is_refused_whole(
+    workspace: Path, store_url: str, data: bytes, message: str
+) -> None:
+    (workspace / ".keel" / "hooks.toml").write_bytes(data)
+    model = ScriptedModel(SCRIPT)
+    with (
+        Harness(store=store_url, model=model) as h,
+        pytest.raises(ConfigError, match=message),
+    ):
+        h.run("write", cwd=workspace)
+    assert model.requests == []
+
+
+def test_a_hook_printing_without_end_is_stopped_and_fails_closed(
+    workspace: Path, store_url: str, log: Path
+) -> None:
+    program = hook(workspace, "flood", "sys.stdout.write('x' * (2 * 1024 * 1024))\n")
+    hooks_toml(workspace, entry("flood", "before_tool", program, tools=["write_file"]))
+    with Harness(store=store_url, model=ScriptedModel(SCRIPT)) as h:
+        run = h.run("write", cwd=workspace)
+        (record,) = [e.data for e in events_of(h, run.id) if e.type is EventType.MIDDLEWARE_DECIDED]
+    assert not (workspace / "a.txt").exists()
+    assert record["decision"] == "deny" and "printed over 1048576 bytes" in record["error"]
+    assert len(json.dumps(record)) < 10_000  # the flood itself is not stored
