@@ -115,3 +115,18 @@ def test_a_verifier_that_cannot_run_ends_the_run_blocked_with_the_reason(
     assert run.status is RunStatus.BLOCKED
     assert run.state.reason == "unfixable_gap: types: the command was not found"
     assert len(model.requests) == 1  # not sent back to loop on what it cannot fix
+
+
+def test_remaining_actions_past_their_limits_are_refused_and_the_model_is_told(
+    workspace: Path, store_url: str
+) -> None:
+    huge = done(remaining_actions=["x" * 5000])
+    many = done(remaining_actions=[f"step {i}" for i in range(51)])
+    model = ScriptedModel([huge, many, done(remaining_actions=["release it"])])
+    with Harness(store=store_url, model=model) as h:
+        run = h.run("finish", cwd=workspace)
+        failed = [e.data for e in h.events(run.id) if e.type is EventType.TOOL_FAILED]
+    assert [f["error_kind"] for f in failed] == ["invalid_arguments", "invalid_arguments"]
+    assert run.status is RunStatus.COMPLETED
+    assert run.state.result is not None
+    assert run.state.result["remaining_actions"] == ["release it"]

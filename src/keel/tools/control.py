@@ -27,7 +27,7 @@ def request_completion(
         ),
     ] = None,
     remaining_actions: Annotated[
-        list[NonEmpty] | None,
+        list[Annotated[str, Field(min_length=1, max_length=2000)]] | None,
         Field(
             description="What is left for people to do (each one line), e.g. a release "
             "the task said not to make; empty when nothing is.",
