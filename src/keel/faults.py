@@ -22,6 +22,7 @@ POINTS = frozenset(
         "during_verification",  # a verifier ran, the verdict not yet committed
         "before_child_run",  # a spawn made the child's task, not yet its run
         "before_spawn_recorded",  # the child's run exists, subagent_spawned not yet committed
+        "after_review",  # a reviewer's end is on its parent's log, the verdict not yet
         # Inside a SQLite append (keel.store.sqlite.runs), in the write transaction:
         "append_head_advanced",  # the run's head moved to the step's last seq, no event yet
         "append_mid_events",  # the step's first event written, the others not

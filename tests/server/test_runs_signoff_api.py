@@ -63,3 +63,19 @@ def test_a_run_submitted_with_a_signoff_waits_and_a_signoff_over_the_api_finishe
     assert set(done.evidence_by_name) == {"unit", "security"}
     recorded = [e for e in server.store.read_events(run_id) if e.type is EventType.SIGNOFF_RECORDED]
     assert recorded[0].data["by"].startswith("token:")
+
+
+def test_a_run_submitted_with_a_reviewer_agent_records_it_and_a_bad_one_is_a_problem(
+    server: LiveServer,
+) -> None:
+    base = {"goal": "fix it", "workspace": str(server.workspace), "model": "openai:m"}
+    response = server.client.post("/runs", json={**base, "verify_agent": ["review=reviewer"]})
+    assert response.status_code == 201, response.text
+    options = server.store.load_run(response.json()["id"]).options
+    assert options.reviewers == (("review", "reviewer"),)
+
+    before = len(server.store.list_runs())
+    for given, says in [("review=nosuch", "nosuch"), ("review=explorer", "cannot review")]:
+        refused = server.client.post("/runs", json={**base, "verify_agent": [given]})
+        assert says in problem_of(refused, 422)["detail"]
+    assert len(server.store.list_runs()) == before  # nothing stored for either

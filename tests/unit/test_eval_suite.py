@@ -38,6 +38,7 @@ name = "remote"
 goal = "Do it elsewhere."
 git = "https://example.invalid/repo.git@v2"
 verify_human = ["security"]
+verify_agent = ["review=reviewer"]
 repetitions = 1
 [configs.baseline]
 model = "replay:cassettes/{case}.json"
@@ -72,6 +73,7 @@ def test_a_suite_applies_defaults_key_by_key_and_joins_paths_to_its_folder() -> 
     assert pin.verify == ("unit_tests=python3 -m unittest",)
     assert remote.git == "https://example.invalid/repo.git@v2" and remote.workspace is None
     assert remote.repetitions == 1 and remote.verify_human == ("security",)
+    assert remote.verify_agent == ("review=reviewer",)
     assert set(suite.configs) == {"baseline", "candidate"}
 
 
@@ -144,6 +146,14 @@ def test_local_git_sources_are_relative_to_the_suite_and_urls_stay() -> None:
         (
             case("verify = ['a=true']\nverify_human = ['a']"),
             "suite.toml: cases[0].verify_human: 'a' names both a command verifier and a sign-off",
+        ),
+        (
+            case("verify_human = ['a']\nverify_agent = ['a=reviewer']"),
+            "suite.toml: cases[0].verify_agent: 'a' names both a reviewer and another verifier",
+        ),
+        (
+            case("verify_agent = ['reviewer']"),
+            "suite.toml: cases[0].verify_agent: a reviewer is NAME=AGENT",
         ),
         (case("verify = 'pytest'"), "suite.toml: cases[0].verify: a list of non-empty texts"),
         (case("repetitions = 0"), "suite.toml: cases[0].repetitions: a whole number from 1 to"),

@@ -75,6 +75,14 @@ def run_command(
         help="A person who must sign off once the commands pass: the run waits for "
         "`keel approve RUN --verifier NAME`. Repeatable.",
     ),
+    verify_agent: list[str] = typer.Option(
+        [],
+        "--verify-agent",
+        metavar="NAME=AGENT",
+        help="A reviewer agent (an agent spec whose result lists blocking_issues, e.g. the "
+        "built-in reviewer: review=reviewer) that reviews the change once the commands "
+        "pass; its review must list no blocking issue. Repeatable.",
+    ),
     outcome: str | None = typer.Option(
         None,
         "--outcome",
@@ -161,6 +169,7 @@ def run_command(
         budget=None if agent is not None and not _budget_given(context) else budget,
         verify=verify,
         verify_human=verify_human,
+        verify_agent=verify_agent,
         outcome=outcome,
         mode=mode_used,
         plan_then=plan_then,

@@ -21,13 +21,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from jsonschema.exceptions import ValidationError
-from jsonschema.validators import validator_for
-
 from keel.core.budget import Budget, Dimension, Usage
 from keel.core.errors import ToolError
 
 if TYPE_CHECKING:
+    from jsonschema.exceptions import ValidationError
+
     from keel.core.state import RunState
 
 DEFAULT_MAX_DEPTH = 2
@@ -57,6 +56,7 @@ class ChildRecord:
     reserved_tokens: int = 0
     reserved_cost: float = 0.0
     on_failure: dict[str, Any] = field(default_factory=dict)
+    verifier: str | None = None  # the reviewer verifier it was made for; None: a model's call
 
     @property
     def live(self) -> bool:
@@ -74,6 +74,7 @@ class ChildRecord:
             "reserved_tokens": self.reserved_tokens,
             "reserved_cost": self.reserved_cost,
             "on_failure": dict(self.on_failure),
+            **({"verifier": self.verifier} if self.verifier is not None else {}),
         }
 
     @classmethod
@@ -89,6 +90,7 @@ class ChildRecord:
             reserved_tokens=int(d.get("reserved_tokens", 0)),
             reserved_cost=float(d.get("reserved_cost", 0.0)),
             on_failure=dict(d.get("on_failure") or {}),
+            verifier=d.get("verifier"),
         )
 
 
@@ -111,6 +113,7 @@ def spawned(children: Mapping[str, ChildRecord], d: Mapping[str, Any]) -> dict[s
         reserved_tokens=int(reserved.get("tokens") or 0),
         reserved_cost=float(reserved.get("cost") or 0.0),
         on_failure=dict(d.get("on_failure") or {}),
+        verifier=None if d.get("verifier") is None else str(d["verifier"]),
     )
     return {**children, child_id: record}
 
@@ -134,6 +137,7 @@ def finished(
         attempt=record.attempt,
         status=str(d.get("status", "failed")),
         on_failure=record.on_failure,
+        verifier=record.verifier,
     )
     return {**children, child_id: ended}, usage.absorb(d.get("usage") or {}), True
 
@@ -243,6 +247,10 @@ def _amount(dim: Dimension, value: float) -> str:
 def output_problems(schema: Mapping[str, Any], output: Any) -> list[str]:
     """Why ``output`` does not match ``schema`` (at most ``MAX_SCHEMA_ERRORS``, each with
     where in the output it is); an empty list when it matches."""
+    # jsonschema costs 40 ms to import and only a child with an output schema needs it;
+    # this module is loaded by keel.core.state, i.e. by every `keel` command
+    from jsonschema.validators import validator_for  # noqa: PLC0415
+
     validator_class = validator_for(schema)
     validator = validator_class(schema)
     problems: list[str] = []

@@ -21,10 +21,11 @@
 Case keys: ``name``, ``goal`` (required), ``workspace`` or ``git`` (one of them),
 ``model``, ``instructions`` (text put before the goal), ``agent`` (an agent spec's
 name), ``verify`` (commands, ``NAME=COMMAND`` names one), ``verify_human`` (people's
-sign-offs), ``outcome`` (what a completed run declares), ``mode``, ``budget`` (``steps``,
-``tool_calls``, ``tokens``, ``cost``, ``wall_seconds``), ``tools`` (the allowlist),
-``policy`` (a policy file), ``expect`` (``status``, default ``completed``; ``outcome``;
-``reason``: the stop reason) and ``repetitions``. A configuration holds ``model``,
+sign-offs), ``verify_agent`` (reviewer agents, ``NAME=AGENT``), ``outcome`` (what a
+completed run declares), ``mode``, ``budget`` (``steps``, ``tool_calls``, ``tokens``,
+``cost``, ``wall_seconds``), ``tools`` (the allowlist), ``policy`` (a policy file),
+``expect`` (``status``, default ``completed``; ``outcome``; ``reason``: the stop
+reason) and ``repetitions``. A configuration holds ``model``,
 ``instructions``, ``agent`` and ``middleware`` (entry point names); what it sets wins
 over the case. Paths — ``workspace``, ``policy``, a local ``git`` source and the file
 of a ``scripted:`` or ``replay:`` model — are relative to the suite file; ``{case}`` in
@@ -43,7 +44,12 @@ from typing import Any, Final
 
 from keel.core.budget import Budget, check_amount, check_count, check_seconds
 from keel.core.errors import ConfigError
-from keel.core.verifiers import check_outcome, check_signoffs, named_verifiers
+from keel.core.verifiers import (
+    check_outcome,
+    check_reviewers,
+    check_signoffs,
+    named_verifiers,
+)
 
 NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 CONFIG_NAME: Final = re.compile(r"[a-z][a-z0-9_-]{0,31}")
@@ -61,6 +67,7 @@ CASE_KEYS: Final = frozenset(
         "agent",
         "verify",
         "verify_human",
+        "verify_agent",
         "outcome",
         "mode",
         "budget",
@@ -125,6 +132,7 @@ class EvalCase:
     agent: str | None = None
     verify: tuple[str, ...] = ()
     verify_human: tuple[str, ...] = ()
+    verify_agent: tuple[str, ...] = ()
     outcome: str | None = None
     mode: str = "edit"
     budget: Budget = field(default_factory=Budget)
@@ -266,6 +274,11 @@ def _case(
         check_signoffs(verify_human, verifier_names or commands)
     except ConfigError as exc:
         raise ConfigError(f"{source}: {where}.verify_human: {exc}") from None
+    verify_agent = values.get("verify_agent", ())
+    try:
+        check_reviewers(verify_agent, (*(verifier_names or commands), *verify_human))
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {where}.verify_agent: {exc}") from None
     return EvalCase(
         name=name,
         where=where,
@@ -277,6 +290,7 @@ def _case(
         agent=values.get("agent"),
         verify=tuple(verify),
         verify_human=tuple(verify_human),
+        verify_agent=tuple(verify_agent),
         outcome=values.get("outcome"),
         mode=values.get("mode", "edit"),
         budget=Budget(**{BUDGET_KEYS[k]: v for k, v in values.get("budget", {}).items()}),
@@ -309,7 +323,7 @@ def _case_values(table: Mapping[str, Any], where: str, base: Path) -> dict[str, 
             if not isinstance(table[key], str) or not table[key].strip():
                 raise ConfigError(f"{where}.{key}: a path (relative to the suite file)")
             values[key] = base / table[key]
-    for key in ("verify", "verify_human", "tools"):
+    for key in ("verify", "verify_human", "verify_agent", "tools"):
         if key in table:
             values[key] = _texts(table[key], f"{where}.{key}")
     if "verify" in values:

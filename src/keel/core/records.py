@@ -51,6 +51,7 @@ class RunOptions:
     # --- outcome (``keel.core.verifiers``); stored only when set ---
     verifier_names: tuple[str, ...] | None = None  # each verify command's name, in order
     signoffs: tuple[str, ...] = ()  # people who must sign off (``--verify-human NAME``)
+    reviewers: tuple[tuple[str, str], ...] = ()  # (name, agent spec): ``--verify-agent``
     outcome: str | None = None  # what a completed run's result declares it to be
     # --- tags (``keel.core.tags``: suite, case, ... of ``keel eval``); stored only when set ---
     tags: dict[str, str] | None = None
@@ -87,6 +88,8 @@ class RunOptions:
             d["verifier_names"] = list(self.verifier_names)
         if self.signoffs:
             d["signoffs"] = list(self.signoffs)
+        if self.reviewers:
+            d["reviewers"] = [{"name": name, "agent": agent} for name, agent in self.reviewers]
         for key in (
             "root_id",
             "agent",
@@ -134,6 +137,7 @@ class RunOptions:
                 None if d.get("verifier_names") is None else tuple(d["verifier_names"])
             ),
             signoffs=tuple(d.get("signoffs", ())),
+            reviewers=tuple((str(r["name"]), str(r["agent"])) for r in d.get("reviewers", ())),
             outcome=d.get("outcome"),
             tags=None if d.get("tags") is None else dict(d["tags"]),
         )
@@ -163,7 +167,12 @@ class ValidationRecord:
     mutation_revision: int
     file_hashes: dict[str, str]
     passed: bool
-    note: str | None = None  # a sign-off's who and why ("declined by ana: no tests")
+    note: str | None = None  # a sign-off's who and why, a review's blocking issues
+    unfixable: str | None = None  # why no change of the workspace can make it pass
+
+    def __post_init__(self) -> None:
+        if self.unfixable is not None and self.passed:
+            raise ValueError("a passed validation has nothing left to fix")
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -177,6 +186,8 @@ class ValidationRecord:
         }
         if self.note is not None:
             d["note"] = self.note
+        if self.unfixable is not None:
+            d["unfixable"] = self.unfixable
         return d
 
     @classmethod
@@ -190,6 +201,7 @@ class ValidationRecord:
             file_hashes=dict(d.get("file_hashes", {})),
             passed=bool(d["passed"]),
             note=d.get("note"),
+            unfixable=d.get("unfixable"),
         )
 
 

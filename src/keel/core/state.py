@@ -28,7 +28,7 @@ from keel.core.records import (
 )
 from keel.core.snapshot import snapshot_of, state_from_snapshot
 from keel.core.status import RunStatus, check_transition
-from keel.core.verifiers import cannot_run, signoff_command
+from keel.core.verifiers import cannot_run, review_command, signoff_command
 
 RECENT_WINDOW = 3  # how many recent calls / errors the no-progress check looks at
 NOTES_KEPT = 20
@@ -153,12 +153,30 @@ class RunState:
                 f"{', '.join(self.plan_paths or ()) or 'no paths'}); if they belong to the "
                 "task, name them under Paths: with plan_write (a person approves the new plan)"
             )
+        gaps += self.review_gaps()
         for name in self.options.signoffs:
             record = self.latest_validation(signoff_command(name))
             if record is None or record.mutation_revision != self.mutation_revision:
                 gaps.append(f"{name}: needs a person's sign-off (keel approve --verifier {name})")
             elif not record.passed:
                 gaps.append(f"{name}: {record.note or 'a person declined to sign off'}")
+        return gaps
+
+    def review_gaps(self) -> list[str]:
+        """Reviewer agents without a review listing no blocking issue at this revision."""
+        gaps = []
+        for name, agent in self.options.reviewers:
+            record = self.latest_validation(review_command(name))
+            shown = f"{name} (reviewer agent {agent})"
+            if record is None:
+                gaps.append(f"{shown}: not reviewed yet (it reviews once the commands pass)")
+            elif record.mutation_revision != self.mutation_revision:
+                gaps.append(
+                    f"{shown}: reviewed revision {record.mutation_revision}, files changed "
+                    f"since (now {self.mutation_revision})"
+                )
+            elif not record.passed:
+                gaps.append(f"{shown}: {record.unfixable or record.note or 'not passed'}")
         return gaps
 
     def unsigned(self) -> list[str]:
@@ -176,7 +194,8 @@ class RunState:
         return unsigned
 
     def unfixable_gaps(self) -> list[str]:
-        """Command verifiers that could not run at all at this revision (126, 127)."""
+        """Command verifiers that could not run at all at this revision (126, 127), and
+        reviewers that could not give a review."""
         found = []
         for command in self.options.verify:
             record = self.latest_validation(command)
@@ -184,6 +203,11 @@ class RunState:
                 why = cannot_run(record.exit_code)
                 if why and not record.passed:
                     found.append(f"{self.options.verifier_name(command)}: the command {why}")
+        for name, _ in self.options.reviewers:
+            record = self.latest_validation(review_command(name))
+            current = record is not None and record.mutation_revision == self.mutation_revision
+            if current and record is not None and record.unfixable:
+                found.append(f"{name}: {record.unfixable}")
         return found
 
     def changes_outside_plan(self) -> list[str]:

@@ -10,10 +10,18 @@ assignment — stays a command.
 A sign-off is recorded as a validation record whose command is ``human:NAME``, bound to
 the mutation revision it approved like any verifier's: a later change makes it stale.
 
+A reviewer agent (``--verify-agent review=reviewer``) is an independent child run of
+an agent spec whose result lists ``blocking_issues``: it reviews the diff and the other
+verifiers' evidence once those pass, and passes when it lists none. Its validation
+record's command is ``agent:NAME``; its evidence is the review (the child's structured
+result) as an artifact.
+
 A gap is *fixable* when the agent can close it by working on: a failing or stale
-verifier, a declined sign-off (the person said why). A command that cannot run at all
-(exit 126: not executable, 127: not found) is not: no edit of the workspace makes the
-verifier exist, so the run ends ``blocked`` instead of looping.
+verifier, a declined sign-off (the person said why), a review's blocking issues. A
+command that cannot run at all (exit 126: not executable, 127: not found) is not: no
+edit of the workspace makes the verifier exist, so the run ends ``blocked`` instead of
+looping; nor is a reviewer that could not give a review (it failed, ran out of budget,
+or could not be spawned) — its record says why (``ValidationRecord.unfixable``).
 """
 
 from __future__ import annotations
@@ -26,10 +34,13 @@ from keel.core.errors import ConfigError
 
 VERIFIER_NAME: Final = re.compile(r"[a-z][a-z0-9_-]{0,63}")
 HUMAN_PREFIX: Final = "human:"
+REVIEW_PREFIX: Final = "agent:"
+BLOCKING_FIELD: Final = "blocking_issues"  # what a reviewer agent's result must list
 CANNOT_RUN: Final = {126: "is not executable", 127: "was not found"}
 DIFF_EVIDENCE: Final = "code_diff"  # the workspace's diff, filed with the evidence
 DEFAULT_OUTCOME: Final = "task_completed"
 OUTCOME_NAME: Final = re.compile(r"[a-z][a-z0-9_]{0,63}")
+AGENT_NAME: Final = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")  # as agent specs are named
 
 
 def split_verifier(text: str) -> tuple[str | None, str]:
@@ -77,6 +88,65 @@ def check_signoffs(names: Iterable[str], verifier_names: Sequence[str]) -> tuple
     return found
 
 
+def check_reviewers(
+    given: Sequence[str] | Mapping[str, str], taken: Iterable[str]
+) -> tuple[tuple[str, str], ...]:
+    """``["review=reviewer"]`` (or ``{"review": "reviewer"}``) -> ``(("review",
+    "reviewer"),)``: each a verifier name and an agent spec's name; ConfigError for a
+    bad or repeated name, one that a command verifier or a sign-off has, or no agent."""
+    pairs: list[tuple[str, str]] = []
+    items = given.items() if isinstance(given, Mapping) else (_reviewer(t) for t in given)
+    for given_name, given_agent in items:
+        name, agent = str(given_name), str(given_agent).strip()
+        if not VERIFIER_NAME.fullmatch(name):
+            raise ConfigError(_bad_name(name))
+        if not AGENT_NAME.fullmatch(agent):
+            raise ConfigError(
+                f"the reviewer {name!r} names no agent spec: give NAME=AGENT, e.g. "
+                f"review=reviewer (got {agent!r})"
+            )
+        pairs.append((name, agent))
+    names = [name for name, _ in pairs]
+    _unique(names, "reviewer")
+    clash = sorted(set(names) & set(taken))
+    if clash:
+        raise ConfigError(f"{clash[0]!r} names both a reviewer and another verifier")
+    return tuple(pairs)
+
+
+def _reviewer(text: str) -> tuple[str, str]:
+    name, sep, agent = str(text).partition("=")
+    if not sep:
+        raise ConfigError(
+            f"a reviewer is NAME=AGENT (a verifier name and an agent spec), e.g. "
+            f"review=reviewer; got {text!r}"
+        )
+    return name.strip(), agent
+
+
+def review_command(name: str) -> str:
+    """The validation record's command of a reviewer agent's review."""
+    return f"{REVIEW_PREFIX}{name}"
+
+
+def blocking_issues(output: Any) -> list[str] | None:
+    """A review's blocking issues, each as one line (``file:line: description``); None
+    when ``output`` is not a review (no ``blocking_issues`` list)."""
+    if not isinstance(output, Mapping) or not isinstance(output.get(BLOCKING_FIELD), list):
+        return None
+    lines = []
+    for issue in output[BLOCKING_FIELD]:
+        if isinstance(issue, Mapping):
+            where = str(issue.get("file") or "")
+            if where and issue.get("line") is not None:
+                where += f":{issue['line']}"
+            text = str(issue.get("description") or "").strip() or "(no description)"
+            lines.append(f"{where}: {text}" if where else text)
+        else:
+            lines.append(str(issue))
+    return lines
+
+
 def check_outcome(outcome: str | None) -> None:
     if outcome is not None and not OUTCOME_NAME.fullmatch(outcome):
         raise ConfigError(
@@ -120,11 +190,15 @@ __all__ = [
     "DEFAULT_OUTCOME",
     "DIFF_EVIDENCE",
     "HUMAN_PREFIX",
+    "REVIEW_PREFIX",
+    "blocking_issues",
     "cannot_run",
     "check_outcome",
+    "check_reviewers",
     "check_signoffs",
     "evidence_map",
     "named_verifiers",
+    "review_command",
     "signoff_command",
     "split_verifier",
 ]

@@ -37,9 +37,11 @@ from keel.core.errors import (
 from keel.core.events import Event, EventType, NewEvent
 from keel.core.guard import PathGuard
 from keel.core.middleware import Point
+from keel.core.records import ValidationRecord
 from keel.core.redact import Redactor, SecretSource
 from keel.core.state import RunState
 from keel.core.text import has_lone_surrogate, valid_data
+from keel.core.verifiers import review_command
 from keel.faults import fault_point
 from keel.loop.actions import (
     CallModel,
@@ -75,7 +77,7 @@ from keel.loop.prepare import build_messages
 from keel.loop.token_estimate import specs_tokens
 from keel.loop.transcript import Transcript, recent_transcript
 from keel.loop.turns import valid_turn
-from keel.loop.verification import check_workspace
+from keel.loop.verification import check_workspace, no_reviewer
 from keel.models.base import (
     Model,
     ModelRequest,
@@ -137,6 +139,9 @@ class Driver:
     # Children (keel.runtime.delegation.Delegation): answers the delegation tools and looks
     # at the run's background children between steps. None: this run spawns nothing.
     delegation: Any = None
+    # Reviewer verifiers (keel.runtime.reviews.Reviews). None: a run with reviewers gets
+    # an unfixable gap here (nothing in this process can make a reviewer).
+    reviews: Any = None
     middleware: MiddlewareChain = field(default_factory=MiddlewareChain)
     transcript: Transcript = field(init=False)
     workspace: Path = field(init=False)
@@ -708,6 +713,8 @@ class Driver:
             guard=self.guard,
             timeout_s=self.verifier_timeout_s,
         )
+        if self.state.options.reviewers and all(r.passed for r in records):
+            records += self._review(records, diff_artifact)
         elapsed = time.monotonic() - started
         gaps, decided = self._asking.before_complete(self.state, records)
         self.commit(
@@ -718,6 +725,37 @@ class Driver:
                 ),
             ]
         )
+
+    def _review(
+        self, records: list[ValidationRecord], diff_artifact: str | None
+    ) -> list[ValidationRecord]:
+        """The reviews of this revision not on record yet (``keel.runtime.reviews``)."""
+        revision = self.state.mutation_revision
+        evidence = {  # every command's record at this revision: the ones run now, and earlier
+            r.command: r
+            for r in (*self.state.validations, *records)
+            if r.mutation_revision == revision and r.command in self.state.options.verify
+        }
+        reviewed: list[ValidationRecord] = []
+        for name, agent in self.state.options.reviewers:
+            done = self.state.latest_validation(review_command(name))
+            if done is not None and done.mutation_revision == self.state.mutation_revision:
+                continue  # reviewed at this revision already: asking again changes nothing
+            if self.reviews is None:
+                reviewed.append(no_reviewer(self.state, name, agent))
+                continue
+            reviewed.append(
+                self.reviews.review(
+                    state=lambda: self.state,
+                    commit=self.commit,
+                    should_stop=self.should_stop,
+                    name=name,
+                    agent=agent,
+                    records=list(evidence.values()),
+                    diff_artifact=diff_artifact,
+                )
+            )
+        return reviewed
 
 
 def _effect_happened(tool: Tool, ctx: ToolContext, intent: dict[str, str]) -> bool:

@@ -22,7 +22,7 @@ from keel.core.records import ValidationRecord
 from keel.core.state import RunState, calls_run, transition
 from keel.core.status import RunStatus
 from keel.core.text import MAX_DEPTH
-from keel.core.verifiers import DEFAULT_OUTCOME, DIFF_EVIDENCE, signoff_command
+from keel.core.verifiers import DEFAULT_OUTCOME, DIFF_EVIDENCE, review_command, signoff_command
 from keel.loop.actions import RunTool
 from keel.loop.turns import valid_turn
 from keel.models.base import ModelTurn, RetryNotice
@@ -265,20 +265,25 @@ def _completed(
         record = checked.latest_validation(command)
         if record is not None and record.artifact:
             evidence[options.verifier_name(command)] = f"artifact:{record.artifact}"
-    for name in options.signoffs:
-        record = checked.latest_validation(signoff_command(name))
+    named = [
+        *((name, review_command(name)) for name, _ in options.reviewers),
+        *((name, signoff_command(name)) for name in options.signoffs),
+    ]
+    for name, command in named:
+        record = checked.latest_validation(command)
         if record is not None and record.artifact:
             evidence[name] = f"artifact:{record.artifact}"
     if diff_artifact:
         evidence[DIFF_EVIDENCE] = f"artifact:{diff_artifact}"
-    verified = bool(options.verify or options.signoffs)
+    verified = bool(options.verify or options.signoffs or options.reviewers)
     if not verified:
         evidence_note = "no verifier was configured: completion rests on the model's word"
     else:
+        reviewed = f", {len(options.reviewers)} review(s)" if options.reviewers else ""
         signed = f" and {len(options.signoffs)} sign-off(s)" if options.signoffs else ""
         evidence_note = (
-            f"{len(options.verify)} verifier(s){signed} passed at mutation revision "
-            f"{state.mutation_revision}"
+            f"{len(options.verify)} verifier(s){reviewed}{signed} passed at mutation "
+            f"revision {state.mutation_revision}"
         )
     previous = state.result or {}
     output = previous.get("output")  # a child's structured result

@@ -14,6 +14,7 @@ from keel.core.guard import PathGuard
 from keel.core.records import ValidationRecord
 from keel.core.redact import Redactor
 from keel.core.state import RunState
+from keel.core.verifiers import review_command
 from keel.faults import fault_point
 from keel.sandbox.base import Sandbox
 from keel.store.base import Store
@@ -60,4 +61,18 @@ def check_workspace(
     return records, store.put_artifact(state.run_id, "diff.patch", patch).id
 
 
-__all__ = ["check_workspace"]
+def no_reviewer(state: RunState, name: str, agent: str) -> ValidationRecord:
+    """The record of a review that cannot happen: a driver with no way to make children."""
+    return ValidationRecord(
+        command=review_command(name),
+        exit_code=1,
+        duration_s=0.0,
+        artifact=None,
+        mutation_revision=state.mutation_revision,
+        file_hashes=dict(state.changed_files),
+        passed=False,
+        unfixable=f"the reviewer agent {agent} cannot run here: this driver makes no children",
+    )
+
+
+__all__ = ["check_workspace", "no_reviewer"]

@@ -181,6 +181,7 @@ def make_child(
     owner: str,
     lease_seconds: float,
     redact: Any,
+    verifier: str | None = None,
 ) -> NewChild:
     """Create (or find again) the child of ``parent`` for ``attempt`` of call ``call_id``
     of model turn ``turn`` (a provider may reuse a call id in a later turn).
@@ -281,6 +282,7 @@ def make_child(
             "tools": list(tools),
             "mode": mode,
             "task": task_text,
+            **({"verifier": verifier} if verifier is not None else {}),
         },
     )
     return NewChild(state=child, task=task, token=token, spawned=spawned)

@@ -92,8 +92,10 @@ class Delegation:
     ) -> ToolResult:
         parent = _parent_state(ctx)
         turn = parent.usage.steps  # the turn whose call this is (ids may repeat across turns)
-        made = [
-            cid for cid, r in parent.children.items() if r.call_id == ctx.call_id and r.turn == turn
+        made = [  # a verifier's child (a reviewer) is never a model call's, whatever its id
+            cid
+            for cid, r in parent.children.items()
+            if r.call_id == ctx.call_id and r.turn == turn and r.verifier is None
         ]
         if made:  # this call spawned before (a resumed parent): re-attach, never respawn
             child_id = max(made, key=lambda cid: parent.children[cid].attempt)
@@ -103,11 +105,11 @@ class Delegation:
             if background:
                 return started_result(child_id, record.task_id, record.agent, again=True)
             return self._foreground(ctx, parent, child_id)
-        settings = self._settings(parent)
+        settings = self.settings_of(parent)
         check_limits(parent, max_depth=settings.max_depth, max_live=settings.max_live_children)
-        spec = self._spec(agent, parent)
+        spec = self.spec_of(agent, parent)
         policy = failure_policy(spec, on_failure)
-        new = self._make(
+        new = self.make(
             ctx,
             parent,
             spec,
@@ -187,7 +189,7 @@ class Delegation:
         from keel.runtime.handoff import hand_over  # noqa: PLC0415 - only for a handoff
 
         current = _parent_state(ctx)
-        spec = self._spec(agent, current)
+        spec = self.spec_of(agent, current)
         new_run = hand_over(
             self.store,
             self.harness.tools,
@@ -258,7 +260,7 @@ class Delegation:
         for child_id in live_children(state):
             child = self.store.load_run(child_id)
             if child.status.terminal:
-                data = self._observe(state, child_id, child, policy="none")
+                data = self.observe(state, child_id, child, policy="none")
                 events.append(NewEvent(type=EventType.SUBAGENT_FINISHED, data=data))
         if events:
             with contextlib.suppress(KeelError):  # someone recorded them first
@@ -270,22 +272,22 @@ class Delegation:
 
     # --- making children -------------------------------------------------------------------
 
-    def _settings(self, parent: RunState) -> AgentSettings:
+    def settings_of(self, parent: RunState) -> AgentSettings:
         try:
             return load_agent_settings(home_workspace(parent))
         except ConfigError as exc:
             raise ToolError(f"agent_spawn: {exc}") from None
 
-    def _spec(self, agent: str, parent: RunState) -> AgentSpec:
+    def spec_of(self, agent: str, parent: RunState) -> AgentSpec:
         try:
             known = {*builtin_tool_names(), *self.harness.tools.names()}
             return load_agent_spec(agent, home_workspace(parent), known_tools=known)
         except ConfigError as exc:
             raise ToolError(f"agent_spawn: nothing was spawned: {exc}") from None
 
-    def _make(
+    def make(
         self,
-        ctx: ToolContext,
+        ctx: ToolContext | None,
         parent: RunState,
         spec: AgentSpec,
         task: str,
@@ -297,8 +299,9 @@ class Delegation:
         call_id: str,
         turn: int,
         record: Recorder | None = None,
+        verifier: str | None = None,
     ) -> NewChild:
-        settings = self._settings(parent)
+        settings = self.settings_of(parent)
         new = make_child(
             self.store,
             self.harness.tools,
@@ -316,8 +319,9 @@ class Delegation:
             owner=self.harness.owner,
             lease_seconds=self.harness.lease_ttl,
             redact=self.harness.redact_for(parent),
+            verifier=verifier,
         )
-        recorder = record if record is not None else ctx.record
+        recorder = record if record is not None else ctx.record if ctx is not None else None
         if recorder is not None:
             recorder([new.spawned])
         now = self.store.load_run(parent.run_id)
@@ -427,7 +431,7 @@ class Delegation:
         a retry made (already recorded as spawned when ``ctx`` can record)."""
         record = parent.children[child_id]
         if child.status is RunStatus.COMPLETED:
-            return self._observe(parent, child_id, child, policy="none"), None
+            return self.observe(parent, child_id, child, policy="none"), None
         on_failure = record.on_failure or {}
         policy = str(on_failure.get("policy", FailurePolicy.FAIL_FAST.value))
         if child.status is RunStatus.CANCELLED and str(child.reason or "").startswith("parent_"):
@@ -439,10 +443,10 @@ class Delegation:
                 options = task.options if task is not None else {}
                 agent = str(on_failure.get("agent") or record.agent)
                 after = _with_finished(
-                    parent, self._observe(parent, child_id, child, policy="retry")
+                    parent, self.observe(parent, child_id, child, policy="retry")
                 )
                 try:
-                    spec = self._spec(agent, parent)
+                    spec = self.spec_of(agent, parent)
                     new = make_child_again(
                         self,
                         after,
@@ -453,16 +457,16 @@ class Delegation:
                         call_id=call_id,
                     )
                 except (SpawnRefused, ToolError) as exc:
-                    data = self._observe(parent, child_id, child, policy=_then(on_failure))
+                    data = self.observe(parent, child_id, child, policy=_then(on_failure))
                     data["retry_refused"] = str(exc)
                     return data, None
-                data = self._observe(parent, child_id, child, policy="retry")
+                data = self.observe(parent, child_id, child, policy="retry")
                 data["retried_as"] = new.state.run_id
                 return data, new
             policy = _then(on_failure)
-        return self._observe(parent, child_id, child, policy=policy), None
+        return self.observe(parent, child_id, child, policy=policy), None
 
-    def _observe(
+    def observe(
         self, parent: RunState, child_id: str, child: RunState, *, policy: str
     ) -> dict[str, Any]:
         """The observation of an ended child, as its parent's subagent_finished records it."""
@@ -584,7 +588,7 @@ def make_child_again(
         agent=on_failure.get("agent"),
         then=FailurePolicy(str(on_failure.get("then", "fail_fast"))),
     )
-    settings = delegation._settings(parent)
+    settings = delegation.settings_of(parent)
     return make_child(
         delegation.store,
         delegation.harness.tools,

@@ -221,6 +221,7 @@ class EvalRunner:
             budget=case.budget,
             verify=case.verify,
             verify_human=case.verify_human,
+            verify_agent=case.verify_agent,
             outcome=case.outcome,
             tools=case.tools,
             policy_file=case.policy,

@@ -52,6 +52,7 @@ from keel.runtime.mcp_servers import load_mcp_servers
 from keel.runtime.outcome import EXIT_CODES, RunOutcome
 from keel.runtime.people import PeopleDecisions
 from keel.runtime.resume import read_policy_again, resume_events
+from keel.runtime.reviews import Reviews, reviewer_verifiers
 from keel.runtime.run_models import (
     RunRedaction,
     absolute_scripted,
@@ -129,6 +130,7 @@ class Harness(PeopleDecisions):
         self._models_lock = threading.Lock()
         self._child_slots = child_slots
         self.delegation = Delegation(self)
+        self.reviews = Reviews(self.delegation)  # reviewer verifiers (runtime.reviews)
         self.run_tools = RunTools(self.tools)  # each run's registry (keel.runtime.run_tools)
         self.run_middleware = RunMiddleware(middleware)  # each run's chain (runtime.hooks)
         self.tracing = (
@@ -148,6 +150,7 @@ class Harness(PeopleDecisions):
         plan_then: str | None = None,
         model: str | None = None,
         verify_human: Sequence[str] = (),
+        verify_agent: Sequence[str] | Mapping[str, str] = (),
         outcome: str | None = None,
         approval_timeout: float | None = None,
         grant_ttl: float | None = None,
@@ -190,8 +193,11 @@ class Harness(PeopleDecisions):
         ``"unit_tests=pytest -q"`` (or a mapping name -> command); a completed run's
         result files each one's output under its name (``keel.core.verifiers``).
         ``verify_human`` names people who must sign off after the commands pass (the
-        run waits for ``sign_off``); ``outcome`` is what a completed result declares
-        (default ``task_completed``). Bad names are a ConfigError, before anything is
+        run waits for ``sign_off``); ``verify_agent`` names reviewer agents
+        (``"review=reviewer"``: verifier name, agent spec) whose review of the change must
+        list no blocking issue (``keel.runtime.reviews``); ``outcome`` is what a
+        completed result declares (default ``task_completed``). Bad names, and a reviewer
+        that is no agent spec or cannot review, are a ConfigError, before anything is
         stored.
 
         ``tags`` label the run (``keel.core.tags``: lowercase keys, text values), stored
@@ -232,6 +238,12 @@ class Harness(PeopleDecisions):
         # holding a secret is refused; the goal is stored redacted.
         redactor = load_redactor(workspace)
         refuse_secret_commands(verify, redactor)
+        reviewers = reviewer_verifiers(
+            verify_agent,
+            taken=(*(verifier_names or verify), *signoffs),
+            workspace=workspace,
+            known_tools=self.tools.names(),
+        )
         parse_mode(mode)
         if plan_then is not None:
             parse_mode(plan_then)
@@ -295,6 +307,7 @@ class Harness(PeopleDecisions):
             context_summary=context_summary,
             verifier_names=verifier_names,
             signoffs=signoffs,
+            reviewers=reviewers,
             outcome=outcome,
             tags=run_tags,
         )
@@ -462,6 +475,7 @@ class Harness(PeopleDecisions):
             secrets=secrets,
             on_delta=on_delta,
             delegation=self.delegation,
+            reviews=self.reviews,
             middleware=chain,
         )
         redaction.driver = driver

@@ -102,6 +102,12 @@ class RunIn(_Body):
         max_length=20,
         description="People who must sign off once the commands pass (POST /runs/{id}/signoff).",
     )
+    verify_agent: list[Annotated[str, Field(min_length=3, max_length=200)]] = Field(
+        default_factory=list,
+        max_length=10,
+        description="Reviewer agents, NAME=AGENT (review=reviewer): an agent spec whose "
+        "review of the change must list no blocking issue.",
+    )
     outcome: str | None = Field(
         None,
         max_length=64,
@@ -202,6 +208,7 @@ def submit_run(
             context_summary=body.context_summary,
             verify=body.verify,
             verify_human=body.verify_human,
+            verify_agent=body.verify_agent,
             outcome=body.outcome,
             mode=body.mode,
             model=model,
