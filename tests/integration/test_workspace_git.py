@@ -144,3 +144,35 @@ def test_an_option_shaped_source_is_never_read_as_a_git_option(
         with pytest.raises(ConfigError):
             h.execute(state.run_id)
     assert not marker.exists()
+
+
+RACER = """
+import sys, time
+from pathlib import Path
+from keel.runtime.git_source import materialize, parse_source
+start, source, path = float(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
+time.sleep(max(0.0, start - time.time()))
+materialize(parse_source(source), path)
+print((path / "README").read_text(), end="")
+"""
+
+
+def test_runs_of_one_source_checked_out_at_once_all_get_their_checkout(
+    tmp_path: Path, origin: Path
+) -> None:
+    # keel eval's attempts and a machine's workers start runs of one source together; git
+    # refuses concurrent writers of one repository, so each must wait its turn at the mirror.
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    start = __import__("time").time() + 1.0
+    racers = [
+        subprocess.Popen(
+            [sys.executable, "-c", RACER, str(start), f"{origin}@feature", str(tmp_path / f"c{i}")],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(6)
+    ]
+    results = [(p.wait(timeout=120), *p.communicate()) for p in racers]
+    assert [(code, out, err) for code, out, err in results] == [(0, "feature branch\n", "")] * 6

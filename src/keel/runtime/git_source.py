@@ -19,10 +19,13 @@ Git runs hardened (no system or global configuration, no hooks, filter drivers e
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,40 +85,67 @@ def materialize(source: GitSource, path: Path) -> None:
     the source and what git said) when the source cannot be fetched or has no such REF."""
     if (path / ".git").exists():
         return  # this machine began (or resumed) the run here
-    mirror = cache_dir() / "git" / hashlib.sha256(source.url.encode()).hexdigest()[:20]
+    mirror = _mirror(source)
     try:
-        if not (mirror / "HEAD").exists():
-            mirror.parent.mkdir(parents=True, exist_ok=True)
-            scratch = mirror.with_name(mirror.name + f".tmp-{uuid.uuid4().hex[:8]}")
-            Git(cwd=mirror.parent).must(
-                "clone", "--mirror", "--quiet", "--", source.url, str(scratch), doing="cloning"
-            )
-            try:
-                scratch.rename(mirror)
-            except OSError:
-                shutil.rmtree(scratch, ignore_errors=True)  # another process cloned it first
-        git = Git(cwd=mirror, git_dir=mirror).hardened()
-        git.must("fetch", "--quiet", "--prune", "origin", doing="fetching")
-        wanted = f"{source.ref or 'HEAD'}^{{commit}}"
-        found = git.run("rev-parse", "--verify", "--quiet", "--end-of-options", wanted)
-        if found.code != 0:
-            raise ConfigError(
-                f"--workspace-git {source.describe()}: no commit named "
-                f"{source.ref or 'HEAD'!r} in that repository"
-            )
-        commit = found.stdout.decode().strip()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        git.must("worktree", "add", "--detach", "-q", str(path), commit, doing="checking out")
+        with _holding(mirror):
+            _check_out(source, mirror, path)
     except ToolError as exc:
         raise ConfigError(f"--workspace-git {source.describe()}: {exc}") from None
 
 
+def _check_out(source: GitSource, mirror: Path, path: Path) -> None:
+    """Clone or fetch the mirror and add the worktree (under the mirror's lock)."""
+    if not (mirror / "HEAD").exists():
+        mirror.parent.mkdir(parents=True, exist_ok=True)
+        scratch = mirror.with_name(mirror.name + f".tmp-{uuid.uuid4().hex[:8]}")
+        Git(cwd=mirror.parent).must(
+            "clone", "--mirror", "--quiet", "--", source.url, str(scratch), doing="cloning"
+        )
+        try:
+            scratch.rename(mirror)
+        except OSError:
+            shutil.rmtree(scratch, ignore_errors=True)  # another process cloned it first
+    git = Git(cwd=mirror, git_dir=mirror).hardened()
+    git.must("fetch", "--quiet", "--prune", "origin", doing="fetching")
+    wanted = f"{source.ref or 'HEAD'}^{{commit}}"
+    found = git.run("rev-parse", "--verify", "--quiet", "--end-of-options", wanted)
+    if found.code != 0:
+        raise ConfigError(
+            f"--workspace-git {source.describe()}: no commit named "
+            f"{source.ref or 'HEAD'!r} in that repository"
+        )
+    commit = found.stdout.decode().strip()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    git.must("worktree", "add", "--detach", "-q", str(path), commit, doing="checking out")
+
+
 def discard(source: GitSource, path: Path) -> None:
     """Remove the checkout at ``path`` and its record in the mirror (harmless if gone)."""
-    mirror = cache_dir() / "git" / hashlib.sha256(source.url.encode()).hexdigest()[:20]
+    mirror = _mirror(source)
     shutil.rmtree(path, ignore_errors=True)
     if (mirror / "HEAD").exists():
-        Git(cwd=mirror, git_dir=mirror).run("worktree", "prune")
+        with _holding(mirror):
+            Git(cwd=mirror, git_dir=mirror).run("worktree", "prune")
+
+
+def _mirror(source: GitSource) -> Path:
+    return cache_dir() / "git" / hashlib.sha256(source.url.encode()).hexdigest()[:20]
+
+
+@contextmanager
+def _holding(mirror: Path) -> Iterator[None]:
+    """The mirror to this process alone while it clones, fetches or adds a worktree: git
+    refuses concurrent writers of one repository (``cannot lock ref``, ``File exists``
+    on a ``.lock``), and two runs of one source often start together (``keel eval``
+    attempts, workers on one machine). An advisory lock beside the mirror, released by
+    the kernel if the process dies."""
+    mirror.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(mirror.with_name(mirror.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def _scp_like(url: str) -> bool:
