@@ -140,6 +140,9 @@ def of_call(events: list[Event], kind: EventType, call_id: str) -> list[Event]:
         ("after_effect:2", True),  # the 1st effect point is todo_write's
         ("after_tool_finished:2", True),
         ("mid_model_step:2", False),  # the model asked for the write; the turn was lost
+        # The turn after the write was lost, and with it the write's result (stored with
+        # that turn): the resume finds the file as intended and records the call done.
+        ("mid_model_step:3", True),
         ("during_verification:1", True),
     ],
 )

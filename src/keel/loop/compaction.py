@@ -47,12 +47,15 @@ class ContextKeeper:
         overflow: bool,
         model: Model,
         on_retry: Callable[[RetryNotice], None] | None = None,
+        system: str | None = None,
     ) -> list[NewEvent]:
         """The events to commit before request ``step``: none when it fits (or nothing
         can be dropped, or the continuation would be no smaller than the turns it
         replaces), the ``context_compacted`` event, or — when the continuation
-        would lose a fidelity item — the run's failure ``context_unfaithful: …``."""
-        system = system_prompt(state)
+        would lose a fidelity item — the run's failure ``context_unfaithful: …``.
+        ``system`` is ``system_prompt(state)`` when the caller already made it."""
+        if system is None:
+            system = system_prompt(state)
         plan = plan_compaction(
             state,
             transcript,

@@ -16,7 +16,6 @@ Guarantees:
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -73,7 +72,7 @@ from keel.loop.outcomes import (
     replayed_records,
     retry_event,
 )
-from keel.loop.prepare import build_messages
+from keel.loop.prepare import build_messages, system_prompt
 from keel.loop.token_estimate import specs_tokens
 from keel.loop.transcript import Transcript, recent_transcript
 from keel.loop.turns import valid_turn
@@ -90,13 +89,14 @@ from keel.models.base import (
 from keel.sandbox import orphans
 from keel.sandbox.base import Sandbox, SandboxSettings
 from keel.store.base import Store
-from keel.store.step import FoldedStep, fold_step
+from keel.store.step import FoldedStep, dump_json, fold_step
 from keel.tools.base import Effect, Tool, ToolContext, ToolResult
 from keel.tools.commands import effective_timeout
 from keel.tools.deadline import call_deadline
 from keel.tools.registry import ToolRegistry
 
 SIDE_EFFECTS = frozenset({Effect.WRITE.value, Effect.EXECUTE.value, Effect.EXTERNAL.value})
+CALL_OUTCOMES = frozenset({EventType.TOOL_FINISHED, EventType.TOOL_FAILED})
 MAX_EVENT_OUTPUT = 64_000  # characters of a tool's output kept inline in its event
 VERIFIER_TIMEOUT_S = 900.0
 
@@ -153,11 +153,13 @@ class Driver:
     _pending_events: list[NewEvent] = field(init=False)  # the same, unfolded (for a retry)
     _points: frozenset[str] = field(init=False)
     _asking: MiddlewareDriving = field(init=False)
+    _system: tuple[RunState, str] | None = field(init=False)  # the state's system prompt
 
     def __post_init__(self) -> None:
         self._points = frozenset(p.value for p in self.middleware.points)
         self._asking = MiddlewareDriving(self.middleware)
         self._stored = self.state
+        self._system = None
         self._pending = None
         self._pending_events = []
         self.workspace = Path(self.state.workspace).resolve()
@@ -265,18 +267,26 @@ class Driver:
         """Store ``events`` (with any deferred ones before them) as one step and fold them in.
 
         ``defer=True`` only folds them into the in-memory state: they are stored with
-        the next durable commit, which always comes before the next model call, before
-        any side effect and before the driver returns. Only a replay-safe turn (the
-        model's answer and the results of reads) is deferred: losing it to a crash
-        just asks the model again. Events are folded once, here, with the store's own
-        ``fold_step``; the store checks the sequence and the lease.
+        the next durable commit, which always comes before any side effect, before the
+        driver returns, and before a model call when a model turn is among them (a crash
+        loses at most one turn). Only what a resume repairs is deferred: a replay-safe
+        turn and the results of reads (losing them just asks again), and the result of
+        a write whose start and intent are stored (the resume finds the files as
+        intended and records it done). If another writer ended the run meanwhile, the
+        results of calls that began are still stored; nothing new is. Events are folded
+        once, here, with the store's own ``fold_step``; the store checks the sequence
+        and the lease.
         """
         if self.middleware.observer_errors:  # on_event failures, recorded with the next step
             errors, self.middleware.observer_errors[:] = list(self.middleware.observer_errors), []
             events = [*self._asking.decided(errors), *events]
-        clean = [NewEvent(type=e.type, data=self._for_record(e.data)) for e in events]
+        recorded = [self._for_record(e.data) for e in events]
+        clean = [
+            NewEvent(type=e.type, data=data) for e, (data, _) in zip(events, recorded, strict=True)
+        ]
         if clean:
-            step = fold_step(self.state, clean, now=datetime.now(UTC))
+            encoded = [text for _, text in recorded]
+            step = fold_step(self.state, clean, now=datetime.now(UTC), encoded=encoded)
             self._pending = step if self._pending is None else self._pending.then(step)
             self._pending_events.extend(clean)
             self.state = step.state
@@ -297,10 +307,14 @@ class Driver:
                 try:
                     self._pending = fold_step(self.state, events_again, now=datetime.now(UTC))
                 except InvalidTransition:
-                    # The run moved on (e.g. cancelled): decide afresh — unless it moved on
-                    # because another process took it over, which this one must report.
-                    self._confirm_lease()
-                    return
+                    # The run moved on (e.g. cancelled): what calls that began did is still
+                    # recorded; nothing new starts, and the loop decides afresh — unless it
+                    # moved on because another process took it over, which it must report.
+                    events_again = [e for e in events_again if e.type in CALL_OUTCOMES]
+                    self._pending = self._fold_or_none(events_again)
+                    if self._pending is None:
+                        self._confirm_lease()
+                        return
                 self._pending_events = events_again
                 self.state = self._pending.state
             else:
@@ -308,20 +322,29 @@ class Driver:
                 self._absorb(state, stored)
                 return
 
-    def _for_record(self, data: dict[str, Any]) -> dict[str, Any]:
-        """``data`` made valid (no lone surrogates) and redacted, for the log.
+    def _fold_or_none(self, events: Sequence[NewEvent]) -> FoldedStep | None:
+        if not events:
+            return None
+        try:
+            return fold_step(self.state, events, now=datetime.now(UTC))
+        except InvalidTransition:
+            return None
+
+    def _for_record(self, data: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+        """``data`` made valid (no lone surrogates) and redacted, for the log, and its
+        stored text when that is the text looked at (None: the store encodes it).
 
         One look at its JSON text (C speed) decides whether the data needs walking at
         all; most events hold no secret and no surrogate, and come back as they are.
         """
         try:
-            text = json.dumps(data, ensure_ascii=False)
+            text = dump_json(data)
         except (TypeError, ValueError):
             text = None
         if text is not None and not has_lone_surrogate(text) and not self.redactor.might_hold(text):
-            return data
+            return data, text
         cleaned: dict[str, Any] = self.redactor.scrub(valid_data(data))
-        return cleaned
+        return cleaned, None
 
     def flush(self) -> None:
         """Store what was deferred."""
@@ -348,7 +371,12 @@ class Driver:
     # --- model ---------------------------------------------------------------------------
 
     def _call_model(self, action: CallModel) -> None:
-        self.flush()  # the model sees (and the log holds) every earlier step
+        # The log holds every earlier model turn before the next is asked for: a crash
+        # loses at most one turn. What else may still wait (a read's or a repairable
+        # write's result) is stored with this turn's first durable commit.
+        if any(e.type is EventType.MODEL_RESPONDED for e in self._pending_events):
+            self.flush()
+        self.lease.check(self.run_id)
         self._fit_context(action, overflow=False)
         if self.state.status.terminal:
             return  # the compacted context would have been unfaithful: the run failed
@@ -393,9 +421,17 @@ class Driver:
             defer=not decided and replay_safe(valid, self._committed_first),
         )
 
+    def _system_prompt(self) -> str:
+        """``system_prompt`` of the current state, made once per state (a step asks for it
+        to fit the context and again to build the request)."""
+        made = self._system
+        if made is None or made[0] is not self.state:
+            made = self._system = (self.state, system_prompt(self.state))
+        return made[1]
+
     def _request(self, action: CallModel) -> ModelRequest:
         return ModelRequest(
-            messages=build_messages(self.state, self.transcript),
+            messages=build_messages(self.state, self.transcript, system=self._system_prompt()),
             tools=self._specs,
             step=action.step,
             on_retry=self._record_retry,
@@ -422,6 +458,7 @@ class Driver:
         events = self._window.compact(
             self.state,
             self.transcript,
+            system=self._system_prompt(),
             step=action.step,
             overflow=overflow,
             model=self.model,
@@ -543,9 +580,11 @@ class Driver:
                 fault_point("after_tool_started")
             else:
                 self.commit([reconciled_event(action.call_id, "rerun", "replaying the call")])
-        self._execute(action, args)
+        # A write whose intended change can be checked (file hashes) is repairable: a
+        # crash before its result is stored is reconciled from the workspace on resume.
+        self._execute(action, args, repairable=action.effect == Effect.WRITE.value and bool(intent))
 
-    def _execute(self, action: RunTool, args: Any) -> None:
+    def _execute(self, action: RunTool, args: Any, *, repairable: bool = False) -> None:
         if self.state.status.terminal:
             # Another writer ended the run (``keel cancel``) just before the call's start
             # was stored: its tool_started was refused (``fold_step``), so it never runs.
@@ -586,11 +625,11 @@ class Driver:
         decided: list[NewEvent] = []
         if action.notes or Point.AFTER_TOOL in self.middleware.points:
             events, decided = self._asking.after_tool(self.state, action, events, changed)
-        # A read's result may wait for the next durable commit: replaying a read is safe.
-        self.commit(
-            [*events, *decided],
-            defer=action.effect == Effect.READ.value and not changed and not decided,
-        )
+        # A read's result may wait for the next durable commit (replaying a read is safe),
+        # and so may a repairable write's: its start and intent are stored, so a resume
+        # that finds no result checks the files and records the call done (or runs it).
+        read = action.effect == Effect.READ.value and not changed
+        self.commit([*events, *decided], defer=(read or repairable) and not decided)
         fault_point("after_tool_finished")
 
     def _confirm_lease(self) -> None:

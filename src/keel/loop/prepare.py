@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import islice
+
 from keel.core.state import RunState
 from keel.loop.transcript import Transcript
 from keel.models.base import Message
@@ -11,6 +13,8 @@ The harness around you records every action, enforces permissions and budgets, a
 when the work is complete: call request_completion(summary) (or give a final answer) when
 you believe the goal is met; the harness then runs its own verifiers, and only their passing
 completes the run. Keep todos current with todo_write. Paths are relative to the workspace."""
+
+CHANGED_SHOWN = 50  # changed files listed by name in the system prompt
 
 MODE_TEXT = {
     "plan": "plan: read-only. Investigate, write the plan with plan_write, then call "
@@ -37,7 +41,7 @@ def system_prompt(state: RunState) -> str:
         lines += [f"  {marks.get(t.status, '[ ]')} {t.content}" for t in state.todos]
     if state.changed_files:
         lines += ["", f"Files changed so far (mutation revision {state.mutation_revision}):"]
-        lines += [f"  {path}" for path in sorted(state.changed_files)]
+        lines += changed_lines(state.changed_files)
     if state.options.verify:
         lines += ["", "Verifiers the harness runs before completion (you cannot skip them):"]
         lines += [f"  $ {cmd}" for cmd in state.options.verify]
@@ -48,6 +52,20 @@ def system_prompt(state: RunState) -> str:
     if shown:
         lines += ["", f"Budget left: {shown}"]
     return "\n".join(lines)
+
+
+def changed_lines(changed: dict[str, str]) -> list[str]:
+    """The changed files, sorted; of more than ``CHANGED_SHOWN``, the ones most recently
+    changed for the first time (a count says how many are left out). Bounded, so a long
+    run's every request does not grow with every file it wrote."""
+    if len(changed) <= CHANGED_SHOWN:
+        return [f"  {path}" for path in sorted(changed)]
+    latest = sorted(islice(reversed(changed), CHANGED_SHOWN))
+    more = len(changed) - CHANGED_SHOWN
+    return [
+        f"  … {more} earlier ones (git status or list_dir shows them all), then the latest:",
+        *(f"  {path}" for path in latest),
+    ]
 
 
 def budget_left(state: RunState) -> str:

@@ -114,8 +114,17 @@ class FoldedStep:
         )
 
 
-def fold_step(state: RunState, events: Sequence[NewEvent], *, now: datetime) -> FoldedStep:
+def fold_step(
+    state: RunState,
+    events: Sequence[NewEvent],
+    *,
+    now: datetime,
+    encoded: Sequence[str | None] = (),
+) -> FoldedStep:
     """Number, check, normalise, chain and fold one step's events onto ``state``.
+
+    ``encoded`` may give an event's data already as ``dump_json`` text (a caller that
+    encoded it to look at it), so it is not encoded twice; None or missing: encoded here.
 
     Raises InvalidTransition (nothing to write) if a ``status_changed`` event is
     not allowed by the transition table at that point of the step, or if an event
@@ -131,7 +140,8 @@ def fold_step(state: RunState, events: Sequence[NewEvent], *, now: datetime) -> 
     stamp = chain_time(now)
     # Ids, types and the time are made here (plain by construction); the run id is checked.
     link = plain_event_hash if plain(run_id) else event_hash
-    for new in events:
+    given = len(encoded)
+    for index, new in enumerate(events):
         seq += 1
         data = new.data
         if new.type in STARTS_ACTION and state.status.terminal:
@@ -142,7 +152,8 @@ def fold_step(state: RunState, events: Sequence[NewEvent], *, now: datetime) -> 
             )
         if new.type is EventType.STATUS_CHANGED:
             data = checked_status_change(state.status, data)
-        text = dump_json(data)
+        known = encoded[index] if index < given and data is new.data else None
+        text = known if known is not None else dump_json(data)
         event_id = new_event_id()
         prev = link(prev, run_id, seq, event_id, new.type.value, stamp, text)
         event = Event(

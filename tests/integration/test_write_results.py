@@ -1,0 +1,72 @@
+"""A write's result travels with the next durable commit; what that must never cost.
+
+A write's ``tool_started`` (with its intent: the file hashes it will leave) is committed
+before the effect; its result is stored with the next step's first commit, so a write
+step costs one commit. These tests hold the two guarantees that rest on it: a person
+who cancels while the model is thinking about the next step still finds the write's
+result in the log (and nothing new started), and a crash before the result is stored
+is repaired from the workspace, never by writing again (test_crash_recovery covers the
+SIGKILL at each point).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from keel.core.events import EventType
+from keel.core.status import RunStatus
+from keel.models.base import ModelRequest, ModelTurn
+from keel.models.scripted import ScriptedModel
+from keel.runtime.harness import Harness
+
+
+def write(path: str) -> dict[str, Any]:
+    arguments = {"path": path, "content": f"{path}\n"}
+    return {"tool_calls": [{"name": "write_file", "arguments": arguments}]}
+
+
+class CancelledWhileThinking:
+    """Plays the script; while asked for turn ``at``, a person cancels the run."""
+
+    spec = "scripted:cancelled-while-thinking"
+
+    def __init__(self, turns: list[dict[str, Any]], at: int) -> None:
+        self.script = ScriptedModel(turns, spec=self.spec)
+        self.at = at
+        self.harness: Harness | None = None
+        self.run_id = ""
+
+    def complete(self, request: ModelRequest) -> ModelTurn:
+        if request.step == self.at and self.harness is not None:
+            self.harness.cancel(self.run_id, "the person changed their mind")
+        return self.script.complete(request)
+
+
+def test_a_cancel_while_the_model_thinks_keeps_the_write_result_and_starts_nothing(
+    tmp_path: Path,
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    model = CancelledWhileThinking([write("one.txt"), write("two.txt")], at=1)
+    with Harness(store=f"sqlite:///{tmp_path}/keel.db", model=model) as h:
+        model.harness = h
+        state = h.create("write two files", cwd=ws)
+        model.run_id = state.run_id
+        final = h.execute(state.run_id)
+        events = list(h.events(state.run_id))
+
+    assert final.status is RunStatus.CANCELLED
+    started = [e.data["arguments"]["path"] for e in events if e.type is EventType.TOOL_STARTED]
+    finished = [e.data for e in events if e.type is EventType.TOOL_FINISHED]
+    assert started == ["one.txt"]  # the second write never started
+    assert [f["arguments"]["path"] for f in finished] == ["one.txt"]  # the first is on record
+    assert list(finished[0]["changed_files"]) == ["one.txt"]
+    assert final.state.changed_files.keys() == {"one.txt"} and final.state.mutation_revision == 1
+    assert not (ws / "two.txt").exists()
+    # The cancel came after the write's result in time but is recorded before it: the log
+    # is what the store accepted, and a started call's outcome stays recordable.
+    kinds = [e.type for e in events]
+    assert kinds.index(EventType.STATUS_CHANGED, kinds.index(EventType.TOOL_STARTED)) < (
+        kinds.index(EventType.TOOL_FINISHED)
+    )
