@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,7 +25,6 @@ from keel.loop.middleware import Middleware
 from keel.models.base import Model
 from keel.models.connections import close_shared_clients
 from keel.models.context_sizes import check_context_tokens
-from keel.models.resolve import resolve_model
 from keel.policy.modes import parse_mode
 from keel.policy.rules import Policy
 from keel.runtime.agent_config import load_agent_settings
@@ -54,6 +52,7 @@ from keel.runtime.people import PeopleDecisions
 from keel.runtime.resume import read_policy_again, resume_events
 from keel.runtime.reviews import Reviews, reviewer_verifiers
 from keel.runtime.run_models import (
+    RunModels,
     RunRedaction,
     absolute_scripted,
     check_priced,
@@ -82,11 +81,6 @@ from keel.tools.skills import workspace_skills
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
-
-# Providers whose models are stateless (one shared HTTP client each): resolved once per
-# (spec, working directory) and process. A scripted or replayed model keeps per-run state
-# (what it was asked), so it is made afresh for every run.
-SHARED_MODEL_PROVIDERS = frozenset({"deepseek", "openai"})
 
 
 class Harness(PeopleDecisions):
@@ -120,14 +114,12 @@ class Harness(PeopleDecisions):
         default one is made from the ``OTEL_EXPORTER_OTLP_*`` variables when they are
         set (``keel.runtime.tracing``), and none otherwise."""
         self.store: Store = store if not isinstance(store, str | None) else open_store(store)
-        self._model = model
+        self.models = RunModels(model)  # which model drives each run (runtime.run_models)
         self.tools = tools or default_registry()
         self.owner = process_owner(owner)
         self.lease_ttl = lease_ttl if lease_ttl is not None else lease_ttl_from_environment()
         claim_lease_for(self.lease_ttl)  # a bad KEEL_TASK_LEASE stops here, before any run
         self.on_event = on_event
-        self._models: dict[tuple[str, str], Model] = {}
-        self._models_lock = threading.Lock()
         self._child_slots = child_slots
         self.delegation = Delegation(self)
         self.reviews = Reviews(self.delegation)  # reviewer verifiers (runtime.reviews)
@@ -285,8 +277,8 @@ class Harness(PeopleDecisions):
         # The skills' names and descriptions are fixed at creation (the prompt of a resumed
         # run is the same); a git-source run's checkout does not exist yet: none.
         skills = tuple(s.summary() for s in workspace_skills(workspace)) if not source else ()
-        spec = self._model_spec(model)
-        self._check_model(spec, budget or Budget(), queued=queued)
+        spec = self.models.spec_for(model)
+        self.models.check(spec, budget or Budget(), queued=queued)
         spec_options = followed.options() if followed is not None else {}
         outcome = outcome or spec_options.pop("outcome", None)  # the call's, else the spec's
         options = RunOptions(
@@ -416,7 +408,9 @@ class Harness(PeopleDecisions):
         state = self.store.load_run(run_id)
         if state.status.terminal:
             return RunOutcome(state=state)
-        driving = self._resolve(absolute_scripted(model)) if model else self._model_for(state)
+        driving = (
+            self.models.resolve(absolute_scripted(model)) if model else self.models.for_run(state)
+        )
         check_priced(driving, state.options.budget)
         source = state.options.workspace_git
         if source:  # checked out here before anything else looks at the workspace
@@ -560,60 +554,6 @@ class Harness(PeopleDecisions):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    # --- models --------------------------------------------------------------------------
-
-    def _model_spec(self, explicit: str | None) -> str | None:
-        if explicit:
-            return absolute_scripted(explicit)
-        if self._model is not None and not isinstance(self._model, str):
-            return self._model.spec
-        spec = self._model or os.environ.get("KEEL_MODEL")
-        return absolute_scripted(spec) if spec else None
-
-    def _check_model(self, spec: str | None, budget: Budget, *, queued: bool) -> None:
-        """Refuse, before anything is written, a run this process cannot drive (no model,
-        a missing API key) or whose cost budget cannot be priced.
-
-        A queued run is driven by a worker: its model is only checked for a price when
-        it resolves here (the worker checks the rest)."""
-        if self._model is not None and not isinstance(self._model, str):
-            check_priced(self._model, budget)
-            return
-        if queued:
-            if spec and budget.max_cost is not None:
-                try:
-                    model = self._resolve(spec)
-                except ConfigError:
-                    return
-                check_priced(model, budget)
-            return
-        if not spec:
-            raise ConfigError("no model for this run: pass --model SPEC or set KEEL_MODEL")
-        check_priced(self._resolve(spec), budget)
-
-    def _model_for(self, state: RunState) -> Model:
-        spec = state.options.model
-        if self._model is not None and not isinstance(self._model, str):
-            if state.options.agent is None or spec is None or spec == self._model.spec:
-                return self._model
-            return self._resolve(spec)  # a child whose agent spec names its own model
-        if not spec:
-            raise ConfigError("no model for this run: pass --model SPEC or set KEEL_MODEL")
-        return self._resolve(spec)
-
-    def _resolve(self, spec: str) -> Model:
-        """The model ``spec`` names; a stateless provider model is made once per process
-        and working directory, and shared by every run (and worker slot) after."""
-        cwd = Path.cwd()
-        if spec.partition(":")[0].strip() not in SHARED_MODEL_PROVIDERS:
-            return resolve_model(spec, cwd=cwd)
-        key = (spec, str(cwd))
-        with self._models_lock:
-            model = self._models.get(key)
-            if model is None:
-                model = self._models[key] = resolve_model(spec, cwd=cwd)
-        return model
 
 
 __all__ = ["EXIT_CODES", "Harness", "RunOutcome"]

@@ -1,15 +1,95 @@
-"""The model a run is driven by: priced when it has a cost budget, recorded to a cassette
-when asked, a ``scripted:`` path made absolute so a resume elsewhere finds it."""
+"""The model a run is driven by: chosen from the harness's and the run's, priced when it
+has a cost budget, recorded to a cassette when asked, a ``scripted:`` path made absolute
+so a resume elsewhere finds it."""
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
 from keel.core.budget import Budget
 from keel.core.errors import ConfigError
+from keel.core.state import RunState
 from keel.loop.driver import Driver
 from keel.models.base import Model, price_known
+from keel.models.resolve import resolve_model
+
+# Providers whose models are stateless (one shared HTTP client each): resolved once per
+# (spec, working directory) and process. A scripted or replayed model keeps per-run state
+# (what it was asked), so it is made afresh for every run.
+SHARED_MODEL_PROVIDERS = frozenset({"deepseek", "openai"})
+NO_MODEL = "no model for this run: pass --model SPEC or set KEEL_MODEL"
+
+
+class RunModels:
+    """The models one harness drives runs with: its own (a ``Model`` object or a spec),
+    else each run's stored spec, else ``KEEL_MODEL``."""
+
+    def __init__(self, model: str | Model | None) -> None:
+        self.given = model
+        self._shared: dict[tuple[str, str], Model] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def fixed(self) -> Model | None:
+        """The ``Model`` object every run is driven by, when the harness was given one."""
+        return None if self.given is None or isinstance(self.given, str) else self.given
+
+    def spec_for(self, explicit: str | None) -> str | None:
+        """The spec a new run stores: the call's, the harness's, else ``KEEL_MODEL``."""
+        if explicit:
+            return absolute_scripted(explicit)
+        if self.fixed is not None:
+            return self.fixed.spec
+        spec = self.given or os.environ.get("KEEL_MODEL")
+        return absolute_scripted(str(spec)) if spec else None
+
+    def check(self, spec: str | None, budget: Budget, *, queued: bool) -> None:
+        """Refuse, before anything is written, a run this process cannot drive (no model,
+        a missing API key) or whose cost budget cannot be priced.
+
+        A queued run is driven by a worker: its model is only checked for a price when
+        it resolves here (the worker checks the rest)."""
+        if self.fixed is not None:
+            check_priced(self.fixed, budget)
+            return
+        if queued:
+            if spec and budget.max_cost is not None:
+                try:
+                    model = self.resolve(spec)
+                except ConfigError:
+                    return
+                check_priced(model, budget)
+            return
+        if not spec:
+            raise ConfigError(NO_MODEL)
+        check_priced(self.resolve(spec), budget)
+
+    def for_run(self, state: RunState) -> Model:
+        spec = state.options.model
+        fixed = self.fixed
+        if fixed is not None:
+            if state.options.agent is None or spec is None or spec == fixed.spec:
+                return fixed
+            return self.resolve(spec)  # a child whose agent spec names its own model
+        if not spec:
+            raise ConfigError(NO_MODEL)
+        return self.resolve(spec)
+
+    def resolve(self, spec: str) -> Model:
+        """The model ``spec`` names; a stateless provider model is made once per process
+        and working directory, and shared by every run (and worker slot) after."""
+        cwd = Path.cwd()
+        if spec.partition(":")[0].strip() not in SHARED_MODEL_PROVIDERS:
+            return resolve_model(spec, cwd=cwd)
+        key = (spec, str(cwd))
+        with self._lock:
+            model = self._shared.get(key)
+            if model is None:
+                model = self._shared[key] = resolve_model(spec, cwd=cwd)
+        return model
 
 
 def check_priced(model: Model, budget: Budget) -> None:
