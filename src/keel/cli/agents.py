@@ -11,16 +11,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.table import Table
 
 from keel.cli.common import WorkspaceOption, console, err_console, keel_errors, shown
 from keel.cli.display import amount
-from keel.core.agent_spec import AgentSpec, FailurePolicy, OnFailure
 from keel.core.budget import Dimension
 from keel.core.errors import ConfigError
-from keel.runtime.agent_specs import SUFFIX, list_agent_specs, load_agent_spec
+
+if TYPE_CHECKING:
+    from keel.core.agent_spec import AgentSpec, OnFailure
+
+# keel.runtime.agent_specs (it loads the built-in tools) and keel.core.agent_spec
+# (jsonschema) are imported where a command uses them: every `keel` start loads this module
 
 DIGEST_SHOWN = 12
 
@@ -39,6 +44,8 @@ def register(app: typer.Typer) -> None:
 @keel_errors
 def list_command(workspace: Path = WorkspaceOption) -> None:
     """List every agent a run here could spawn; exit 2 if any spec file is invalid."""
+    from keel.runtime.agent_specs import list_agent_specs  # noqa: PLC0415 - see the top
+
     found = list_agent_specs(workspace.resolve())
     table = Table(box=None, header_style="bold")
     for column in ("NAME", "SOURCE", "VERSION", "DIGEST"):
@@ -77,6 +84,8 @@ def show_command(
     workspace: Path = WorkspaceOption,
 ) -> None:
     """Show one agent spec as a spawn would use it: its contract and its instructions."""
+    from keel.runtime.agent_specs import load_agent_spec  # noqa: PLC0415 - see the top
+
     spec = load_agent_spec(name, workspace.resolve())
     for line in describe_spec(spec):
         console.print(line, highlight=False, soft_wrap=True)
@@ -128,6 +137,8 @@ def budget_words(spec: AgentSpec) -> str:
 
 
 def failure_words(on_failure: OnFailure) -> str:
+    from keel.core.agent_spec import FailurePolicy  # noqa: PLC0415 - see the top
+
     if on_failure.policy is not FailurePolicy.RETRY:
         return on_failure.policy.value
     agent = f" as {on_failure.agent}" if on_failure.agent else ""
@@ -136,6 +147,8 @@ def failure_words(on_failure: OnFailure) -> str:
 
 def _named_by(error: ConfigError) -> tuple[str, str]:
     """The agent name and file an invalid spec's error is about (``FILE:LINE: …``)."""
+    from keel.runtime.agent_specs import SUFFIX  # noqa: PLC0415 - see the top
+
     source = str(error).split(":", 1)[0]
     if source.endswith(SUFFIX):
         return Path(source).name[: -len(SUFFIX)], source

@@ -11,17 +11,17 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from keel.cli.common import DEFAULT_STORE, StoreOption, console, keel_errors, shown, store_url
-from keel.cli.live import describe_event
-from keel.core.budget import Budget
 from keel.core.events import Event, EventType
-from keel.core.state import RunState
-from keel.demo.story import GOAL, prepare_workspace, verify_commands, write_policy, write_script
-from keel.runtime.harness import Harness
+
+if TYPE_CHECKING:
+    from keel.core.state import RunState
+
+# the harness (the whole runtime) is imported when the demo runs, not at every `keel` start
 
 
 def register(app: typer.Typer) -> None:
@@ -36,6 +36,16 @@ def demo_command(
     store: str | None = StoreOption,
 ) -> None:
     """Run the offline demo: remediate a vulnerable dependency pin, verified by tests."""
+    from keel.core.budget import Budget  # noqa: PLC0415 - see the top
+    from keel.demo.story import (  # noqa: PLC0415
+        GOAL,
+        prepare_workspace,
+        verify_commands,
+        write_policy,
+        write_script,
+    )
+    from keel.runtime.harness import Harness  # noqa: PLC0415
+
     url = store_url(store)
     home = Path(tempfile.mkdtemp(prefix="keel-demo-"))
     target = prepare_workspace((workspace or home / "inventory").resolve())
@@ -93,6 +103,8 @@ def keel_invocation() -> str:
 
 def narrate(event: Event, state: RunState) -> None:
     """One line per meaningful event; the model's own words when it says something."""
+    from keel.cli.live import describe_event  # noqa: PLC0415 - rich.live, keel.models
+
     d = event.data
     if event.type is EventType.MODEL_RESPONDED:
         line = f"agent: {d.get('content') or ''}"

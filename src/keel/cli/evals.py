@@ -36,7 +36,6 @@ from keel.core.eval_report import (
     junit_xml,
 )
 from keel.core.intervals import Interval
-from keel.runtime.eval_runner import EvalRunner, load_suite
 
 MAX_LISTED_FAILURES = 10  # failed attempts named under the human report
 
@@ -77,6 +76,9 @@ def eval_command(
 ) -> None:
     """Run every case of SUITE N times and report pass rates, steps, tokens, cost, wall
     time and stop reasons per case and in total."""
+    # imported here, not at every `keel` start: the runner loads the whole runtime
+    from keel.runtime.eval_runner import EvalRunner, load_suite  # noqa: PLC0415
+
     suite = load_suite(suite_file)
     configs = suite.chosen_configs(compare.split(",") if compare is not None else None)
     home = _workdir(workdir)

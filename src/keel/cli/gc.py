@@ -8,6 +8,8 @@ workspace as ``{path, run_id, task_id, why}``. Exit 0; 2 on a usage or store err
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 
 from keel.cli.common import (
@@ -20,7 +22,9 @@ from keel.cli.common import (
     shown,
 )
 from keel.cli.runs import reading
-from keel.runtime.gc import Workspace, collect_workspaces
+
+if TYPE_CHECKING:
+    from keel.runtime.gc import Workspace
 
 
 def register(app: typer.Typer) -> None:
@@ -37,6 +41,9 @@ def gc_command(
     store: str | None = StoreOption,
 ) -> None:
     """Remove the isolated workspaces (git worktrees or copies) of runs that ended."""
+    # imported here, not at every `keel` start: keel.runtime.gc loads the worktree code
+    from keel.runtime.gc import collect_workspaces  # noqa: PLC0415
+
     with reading(store) as st:
         report = collect_workspaces(st, dry_run=dry_run)
     if as_json:

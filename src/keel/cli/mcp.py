@@ -21,7 +21,6 @@ from keel.cli.common import (
     print_json,
     shown,
 )
-from keel.runtime.mcp_servers import McpHub, load_mcp_servers
 
 mcp_app = typer.Typer(help="MCP servers (.keel/mcp.toml) and their tools.", no_args_is_help=True)
 
@@ -38,6 +37,9 @@ def list_command(
     json_out: bool = JsonOption,
 ) -> None:
     """Connect each server, list its tools, and say which could not start (exit 2)."""
+    # imported here, not at every `keel` start: it loads the tools and the MCP client
+    from keel.runtime.mcp_servers import McpHub, load_mcp_servers  # noqa: PLC0415
+
     root = workspace.resolve()
     servers = load_mcp_servers(root)
     hub = McpHub(root, servers)

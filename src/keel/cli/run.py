@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 from contextlib import nullcontext
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -34,7 +35,12 @@ from keel.core.state import RunState
 from keel.core.status import RunStatus
 from keel.core.text import terminal_safe
 from keel.models.context_sizes import check_context_tokens
-from keel.runtime.harness import Harness, RunOutcome
+
+if TYPE_CHECKING:
+    from keel.runtime.harness import Harness, RunOutcome
+
+# Each command imports the harness (the whole runtime: loop, tools, models, httpx, OTel)
+# when it runs: this module is loaded at every `keel` start, `keel --help` included.
 
 
 def register(app: typer.Typer) -> None:
@@ -162,6 +168,8 @@ def run_command(
         max_wall_seconds=timeout,
     )
     check_run_options(budget, approval_timeout, context_tokens)  # before the store is opened
+    from keel.runtime.harness import Harness  # noqa: PLC0415 - see the imports
+
     harness = Harness(store=store_url(store), model=model)
     state = harness.create(
         task,
@@ -263,6 +271,8 @@ def resume_command(
     a countdown, until its lease lapses (--no-wait: exit 2). Exit codes: 0 completed,
     1 failed, 2 usage error, 3 waiting or paused, 4 blocked, 5 cancelled.
     """
+    from keel.runtime.harness import Harness  # noqa: PLC0415 - see the imports
+
     harness = Harness(store=store_url(store))
     try:
         drive(
@@ -418,6 +428,8 @@ def approve_command(
 ) -> None:
     """Approve (or deny) what a waiting run asked for, or sign off as its verifier; the
     run can then resume."""
+    from keel.runtime.harness import Harness  # noqa: PLC0415 - see the imports
+
     harness = Harness(store=store_url(store))
     if verifier is not None:
         state = harness.sign_off(run_id, verifier, deny=deny, reason=reason)
@@ -435,6 +447,8 @@ def answer_command(
     store: str | None = StoreOption,
 ) -> None:
     """Answer the question a waiting run asked."""
+    from keel.runtime.harness import Harness  # noqa: PLC0415 - see the imports
+
     harness = Harness(store=store_url(store))
     state = harness.answer(run_id, text)
     console.print(f"answered; run {run_id} is {state.status.value} — `keel resume {run_id}`")
@@ -451,6 +465,8 @@ def cancel_command(
 
     Side effects already done in the tree are listed: cancelling does not undo them.
     """
+    from keel.runtime.harness import Harness  # noqa: PLC0415 - see the imports
+
     harness = Harness(store=store_url(store))
     report = harness.cancel_tree(run_id, reason)
     if as_json:

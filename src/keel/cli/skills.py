@@ -22,7 +22,6 @@ from keel.cli.common import (
     shown,
 )
 from keel.core.errors import ConfigError
-from keel.tools.skills import scan_skills
 
 DIGEST_SHOWN = 12
 
@@ -43,6 +42,9 @@ def list_command(
     json_out: bool = JsonOption,
 ) -> None:
     """List the workspace's skills (name, description, digest); exit 2 if any is invalid."""
+    # imported here, not at every `keel` start: keel.tools loads the built-in tools
+    from keel.tools.skills import scan_skills  # noqa: PLC0415
+
     found = scan_skills(workspace.resolve())
     invalid = [item for item in found if isinstance(item, ConfigError)]
     if json_out:

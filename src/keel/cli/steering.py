@@ -16,7 +16,8 @@ from keel.cli.common import JsonOption, StoreOption, console, keel_errors, print
 from keel.cli.run import drive
 from keel.cli.runs import answer_store_flag
 from keel.core.status import RunStatus
-from keel.runtime.harness import Harness
+
+# the harness (the whole runtime) is imported when a command runs, not at every `keel` start
 
 
 def register(app: typer.Typer) -> None:
@@ -37,6 +38,8 @@ def pause_command(
     A run a process is driving pauses at its next step boundary; one nobody drives is
     paused at once. A queued, waiting, paused or ended run is refused (exit 2).
     """
+    from keel.runtime.harness import Harness  # noqa: PLC0415 - see the imports
+
     harness = Harness(store=store_url(store))
     try:
         state = harness.pause(run_id, reason=reason)
@@ -81,6 +84,8 @@ def message_command(
     run's outcome and evidence in its context: its id is printed first, then it is driven
     here like `keel run` (same exit codes) unless --detach queues it.
     """
+    from keel.runtime.harness import Harness  # noqa: PLC0415 - see the imports
+
     harness = Harness(store=store_url(store))
     try:
         result = harness.message(run_id, text, queue=detach)

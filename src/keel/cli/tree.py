@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rich.table import Table
 
@@ -26,8 +26,9 @@ from keel.core.errors import LogDamaged
 from keel.core.events import Event, EventType
 from keel.core.state import RunState
 from keel.core.status import RunStatus
-from keel.runtime.child_runs import task_of
-from keel.store.base import Store
+
+if TYPE_CHECKING:
+    from keel.store.base import Store
 
 MAX_TREE_DEPTH = 8  # levels below a top-level run the views walk (delegation allows 2 by default)
 DIGEST_SHOWN = 12
@@ -46,6 +47,15 @@ class RunNode:
     state: RunState
     children: tuple[RunNode, ...] = ()
     damage: str | None = None  # why the children could not be read (a damaged child log)
+
+
+def task_of(state: RunState) -> str:
+    """The task a run of an agent spec was given (``keel.runtime.child_runs.task_of``)."""
+    # imported on first use: keel.runtime.child_runs loads the tools and agent specs, which
+    # `keel runs`, `keel show` and every other `keel` start would pay for this one function
+    from keel.runtime.child_runs import task_of as goal_task  # noqa: PLC0415
+
+    return goal_task(state)
 
 
 # --- reading the tree ----------------------------------------------------------------------

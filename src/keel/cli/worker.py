@@ -9,8 +9,6 @@ from types import FrameType
 import typer
 
 from keel.cli.common import StoreOption, console, err_console, keel_errors, store_url
-from keel.runtime.harness import Harness
-from keel.runtime.worker import Worker
 
 
 def register(app: typer.Typer) -> None:
@@ -33,6 +31,10 @@ def worker_command(
     store: str | None = StoreOption,
 ) -> None:
     """Execute queued runs and ready tasks; SIGTERM finishes the current steps and exits 0."""
+    # the runtime is imported by the commands that run agents, not at every `keel` start
+    from keel.runtime.harness import Harness  # noqa: PLC0415
+    from keel.runtime.worker import Worker  # noqa: PLC0415
+
     harness = Harness(store=store_url(store), model=model, owner=owner)
     worker = Worker(
         harness,
