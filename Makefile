@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint bench clean bubblewrap chromium
+.PHONY: install demo test lint bench mutate clean bubblewrap chromium
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -51,5 +51,19 @@ bench: $(STAMP)
 	$(BIN)/python bench/mcp_tools.py
 	$(BIN)/python bench/stats.py
 
+# Mutation testing of the modules [tool.mutmut] in pyproject.toml names (core/, loop/decide.py,
+# policy/, the stores' append and claim paths): writes bench/mutation/report.md (per module:
+# mutants, killed, survivors, equivalent ones with their reasons from
+# bench/mutation/equivalent.toml) and bench/mutation/results.txt (mutmut's own listing).
+# mutants/ keeps the verdicts: a changed function's mutants are tried again, and so are
+# the last run's survivors, with the current tests. A fresh run: rm -rf mutants first.
+MUTATE_CHILDREN ?= 2
+
+mutate: $(STAMP)
+	@[ ! -d mutants ] || $(BIN)/python bench/mutation/report.py --reset
+	nice -n 10 $(BIN)/mutmut run --max-children $(MUTATE_CHILDREN)
+	$(BIN)/mutmut results > bench/mutation/results.txt
+	$(BIN)/python bench/mutation/report.py
+
 clean:
-	rm -rf $(VENV) .keel .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) .keel .mypy_cache .pytest_cache .ruff_cache mutants
