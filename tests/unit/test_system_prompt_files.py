@@ -39,6 +39,4 @@ def test_many_changed_files_list_the_latest_and_count_the_rest() -> None:
     assert shown[0].startswith("… 25 earlier ones")
     assert shown[1:] == sorted(paths[-CHANGED_SHOWN:])  # the most recent, by name
     # Exactly at the bound nothing is left out.
-    assert listed(system_prompt(state_with(paths[:CHANGED_SHOWN]))) == sorted(
-        paths[:CHANGED_SHOWN]
-    )
+    assert listed(system_prompt(state_with(paths[:CHANGED_SHOWN]))) == sorted(paths[:CHANGED_SHOWN])
