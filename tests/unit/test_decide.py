@@ -7,6 +7,7 @@ Every test builds the state the way the store would — by folding events — an
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,9 @@ from keel.loop.decide import Situation, decide
 from keel.loop.outcomes import after_model, after_verification
 from keel.models.base import ModelTurn, TokenUsage, ToolCall
 from keel.policy.approvals import approval_digest, decide_approval
+from keel.policy.containment import ContainedPolicy
 from keel.policy.plans import plan_digest
-from keel.policy.rules import Policy
+from keel.policy.rules import Policy, Rule
 from keel.tools.builtin import default_registry
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
@@ -55,6 +57,9 @@ class Run:
             )
         )
         self.turns = 0
+        self.gate = Policy()
+        self.child_statuses: dict[str, str] = {}  # what the driver reads for a waiting parent
+        self.middleware_points: frozenset[str] = frozenset()  # points some middleware is at
 
     def add(self, *new: NewEvent) -> RunState:
         for n in new:
@@ -73,9 +78,11 @@ class Run:
     def decide(self, now: datetime = NOW) -> Action:
         situation = Situation(
             catalog=RegistryCatalog(default_registry()),
-            gate=Policy(),
+            gate=self.gate,
             workspace=WORKSPACE,
             now=now,
+            child_statuses=self.child_statuses,
+            middleware_points=self.middleware_points,
         )
         return decide(self.state, situation)
 
@@ -903,3 +910,751 @@ def test_a_plan_without_paths_does_not_limit_what_may_change() -> None:
     run.add(*after_verification(run.state, [], elapsed_s=0.0))
 
     assert run.state.status is RunStatus.COMPLETED
+
+
+# --- the control tools: what the run records and the model reads ---------------------------
+
+
+def test_request_completion_finishes_its_call_and_hands_the_summary_to_verification() -> None:
+    run = Run(verify=("pytest",))
+    args = {"summary": "fixed the parser", "remaining_actions": ["tag the release", "announce"]}
+    run.model(("request_completion", args))
+
+    assert committed(run.decide()) == [
+        NewEvent(
+            type=EventType.TOOL_FINISHED,
+            data={
+                "call_id": "c1_0",
+                "tool": "request_completion",
+                "arguments": {**args, "output": None},  # as validated: defaults filled in
+                "output": "completion requested: the harness runs the verifiers",
+            },
+        ),
+        transition(
+            run.state,
+            RunStatus.VERIFYING,
+            "completion requested",
+            result={
+                "summary": "fixed the parser",
+                "remaining_actions": ["tag the release", "announce"],
+            },
+        ),
+    ]
+
+
+def test_request_completion_without_remaining_actions_records_only_the_summary() -> None:
+    run = Run()
+    run.model(("request_completion", {"summary": "done", "remaining_actions": []}))
+    assert status_event(run.decide())["result"] == {"summary": "done"}
+
+
+def test_a_structured_result_is_kept_with_the_summary_when_no_schema_is_asked_for() -> None:
+    run = Run()
+    run.model(("request_completion", {"summary": "done", "output": {"answer": 42}}))
+    assert status_event(run.decide())["result"] == {"summary": "done", "output": {"answer": 42}}
+
+
+ANSWER_SCHEMA = {
+    "type": "object",
+    "required": ["answer"],
+    "properties": {"answer": {"type": "string"}},
+}
+
+
+def schema_refusal(problems: str, schema: dict[str, Any] = ANSWER_SCHEMA) -> str:
+    """What a child is told when its result does not match its parent's schema."""
+    return (
+        "your structured result (request_completion's `output`) does not match the schema "
+        f"your parent asked for: {problems}. Call request_completion again with an `output` "
+        "matching: " + json.dumps(schema, sort_keys=True, separators=(",", ":"))[:4000]
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "problems"),
+    [
+        ({"summary": "done"}, "missing"),
+        ({"summary": "done", "output": {"answer": 42}}, "answer: 42 is not of type 'string'"),
+        (
+            {"summary": "done", "output": {"other": 1}},
+            "(the whole output): 'answer' is a required property",
+        ),
+    ],
+)
+def test_a_result_that_does_not_match_the_schema_is_refused_naming_each_problem(
+    args: dict[str, Any], problems: str
+) -> None:
+    run = Run(options={"output_schema": ANSWER_SCHEMA})
+    run.model(("request_completion", args))
+    assert committed(run.decide()) == [
+        NewEvent(
+            type=EventType.TOOL_FAILED,
+            data={
+                "call_id": "c1_0",
+                "tool": "request_completion",
+                "arguments": {"output": None, "remaining_actions": None, **args},
+                "error_kind": "invalid_output",
+                "message": schema_refusal(problems),
+            },
+        )
+    ]
+
+
+def test_a_result_matching_the_schema_completes_with_it() -> None:
+    run = Run(options={"output_schema": ANSWER_SCHEMA})
+    run.model(("request_completion", {"summary": "done", "output": {"answer": "yes"}}))
+    assert status_event(run.decide())["result"] == {"summary": "done", "output": {"answer": "yes"}}
+
+
+def test_a_huge_schema_is_quoted_to_the_model_cut_at_four_thousand_characters() -> None:
+    schema = {**ANSWER_SCHEMA, "description": "x" * 5000}
+    run = Run(options={"output_schema": schema})
+    run.model(("request_completion", {"summary": "done"}))
+    [event] = committed(run.decide())
+    assert event.data["message"] == schema_refusal("missing", schema)
+    assert event.data["message"].endswith("x" * 100)
+
+
+def test_completion_a_person_approved_spends_the_grant_it_ran_under() -> None:
+    run = Run()
+    run.gate = Policy(rules=(Rule(action="ask", tool="request_completion", reason="sign-off"),))
+    run.model(("request_completion", {"summary": "done"}))
+    run.perform()
+    assert run.state.status is RunStatus.WAITING
+    approve(run)
+    [finished, _] = committed(run.decide())
+    assert finished.data["grant"] == next(iter(run.state.grants))
+
+
+def test_ask_user_records_the_question_and_the_run_waits_for_the_answer() -> None:
+    run = Run()
+    run.model(("ask_user", {"question": "Which database?"}))
+    assert committed(run.decide()) == [
+        NewEvent(
+            type=EventType.INPUT_REQUESTED, data={"call_id": "c1_0", "question": "Which database?"}
+        ),
+        transition(run.state, RunStatus.WAITING, "question:c1_0"),
+    ]
+
+
+def test_ask_user_beside_side_effecting_calls_refuses_every_call_of_the_turn() -> None:
+    run = Run(mode="auto")
+    run.model(
+        ("write_file", {"path": "a", "content": "x"}),
+        ("ask_user", {"question": "ok?"}),
+        ("run_command", {"argv": ["ls"]}),
+        ("write_file", {"path": "b", "content": "y"}),
+        ("read_file", {"path": "a"}),
+        ("no_such_tool", {}),
+    )
+    message = (
+        "invalid model output: ask_user cannot share a turn with side-effecting calls "
+        "(run_command, write_file); ask alone, then act on the answer"
+    )
+    events = committed(run.decide())
+    assert [(e.type, e.data["call_id"], e.data["error_kind"]) for e in events] == [
+        (EventType.TOOL_FAILED, f"c1_{i}", "invalid_turn") for i in range(6)
+    ]
+    assert {e.data["message"] for e in events} == {message}
+    assert [e.data["arguments"] for e in events][:2] == [
+        {"path": "a", "content": "x"},
+        {"question": "ok?"},
+    ]
+    assert [e.data["tool"] for e in events][:2] == ["write_file", "ask_user"]
+
+
+def test_a_second_question_in_one_turn_is_refused_the_first_is_asked() -> None:
+    run = Run()
+    run.model(
+        ("read_file", {"path": "a"}),
+        ("ask_user", {"question": "first?"}),
+        ("ask_user", {"question": "second?"}),
+        ("ask_user", {"question": "third?"}),
+    )
+    message = (
+        "invalid model output: one question at a time; this turn already asks another "
+        "question with ask_user. Ask this one after the answer, if it is still needed"
+    )
+    assert committed(run.decide()) == [
+        NewEvent(
+            type=EventType.TOOL_FAILED,
+            data={
+                "call_id": call_id,
+                "tool": "ask_user",
+                "arguments": {"question": question},
+                "error_kind": "invalid_turn",
+                "message": message,
+            },
+        )
+        for call_id, question in (("c1_2", "second?"), ("c1_3", "third?"))
+    ]
+    run.perform()
+    action = run.decide()
+    assert isinstance(action, RunTool) and action.tool == "read_file"
+
+
+def test_one_question_beside_reads_is_asked_in_the_models_order() -> None:
+    run = Run()
+    run.model(("ask_user", {"question": "first?"}), ("read_file", {"path": "a"}))
+    assert types(run.decide()) == ["input_requested", "status_changed"]
+
+
+# --- plan_exit ------------------------------------------------------------------------------
+
+
+def test_plan_exit_outside_plan_mode_is_an_invalid_call_even_when_a_rule_allows_it() -> None:
+    run = Run(mode="edit")
+    run.gate = Policy(rules=(Rule(action="allow", tool="plan_exit"),))
+    run.model(("plan_exit", {"summary": "go"}))
+    assert committed(run.decide()) == [
+        NewEvent(
+            type=EventType.TOOL_FAILED,
+            data={
+                "call_id": "c1_0",
+                "tool": "plan_exit",
+                "arguments": {"summary": "go"},
+                "error_kind": "invalid_call",
+                "message": "plan_exit: not in plan mode",
+            },
+        )
+    ]
+
+
+def test_plan_exit_before_a_plan_is_written_says_to_write_it_first() -> None:
+    run = Run(mode="plan")
+    run.model(("plan_exit", {"summary": "go"}))
+    assert committed(run.decide()) == [
+        NewEvent(
+            type=EventType.TOOL_FAILED,
+            data={
+                "call_id": "c1_0",
+                "tool": "plan_exit",
+                "arguments": {"summary": "go"},
+                "error_kind": "invalid_call",
+                "message": "plan_exit: write the plan with plan_write first",
+            },
+        )
+    ]
+
+
+def test_plan_exit_asks_a_person_to_approve_the_plan_with_its_text_and_summary() -> None:
+    run = Run(mode="plan")
+    run.add(NewEvent(type=EventType.PLAN_WRITTEN, data={"content": APPROVED_PLAN}))
+    run.model(("plan_exit", {"summary": "fix the parser"}))
+    request, waiting = committed(run.decide())
+    plan_sha256 = plan_digest(APPROVED_PLAN)
+    assert request == NewEvent(
+        type=EventType.APPROVAL_REQUESTED,
+        data={
+            "kind": "plan",
+            "call_id": "c1_0",
+            "tool": "plan_exit",
+            "arguments": {"summary": "fix the parser", "plan": APPROVED_PLAN},
+            "digest": approval_digest(
+                "plan_exit", {"summary": "fix the parser", "plan_sha256": plan_sha256}, WORKSPACE
+            ),
+            "plan_sha256": plan_sha256,
+            "risk": "medium",
+            "why": "leaving plan mode needs the plan approved",
+            "expires_at": (NOW + timedelta(days=1)).isoformat(),
+        },
+    )
+    assert waiting == transition(run.state, RunStatus.WAITING, "plan_approval:c1_0")
+
+
+@pytest.mark.parametrize(
+    ("plan", "seeded"),
+    [
+        (APPROVED_PLAN, " The todos were seeded from the plan."),
+        ("Fix the parser, then run the tests.", ""),
+    ],
+)
+def test_an_approved_plan_exit_finishes_saying_the_mode_and_whether_todos_were_seeded(
+    plan: str, seeded: str
+) -> None:
+    run = Run(mode="plan", options={"plan_then": "auto"})
+    run.add(NewEvent(type=EventType.PLAN_WRITTEN, data={"content": plan}))
+    run.model(("plan_exit", {"summary": "go"}))
+    run.perform()
+    approve(run)
+    events = committed(run.decide())
+    assert events[-1] == NewEvent(
+        type=EventType.TOOL_FINISHED,
+        data={
+            "call_id": "c1_0",
+            "tool": "plan_exit",
+            "arguments": {"summary": "go"},
+            "grant": next(iter(run.state.grants)),
+            "output": f"plan approved; you are now in auto mode.{seeded}",
+        },
+    )
+    assert [e.type for e in events[:2]] == [EventType.PLAN_APPROVED, EventType.MODE_CHANGED]
+
+
+# --- waiting, pausing, warning --------------------------------------------------------------
+
+
+def waiting_on_child(run: Run, child: str = "run_child") -> None:
+    run.add(
+        NewEvent(
+            type=EventType.WAITING_ON_CHILD,
+            data={"call_id": "c9", "tool": "agent_wait", "child_run_id": child, "what": "x"},
+        )
+    )
+    run.perform()  # the parent waits too
+    assert run.state.status is RunStatus.WAITING
+
+
+def test_a_parent_waits_while_its_child_waits_for_a_person() -> None:
+    run = Run()
+    waiting_on_child(run)
+    assert run.state.reason == "child_waiting:run_child"
+    assert run.decide() == Halt(status=RunStatus.WAITING)  # status unknown
+    run.child_statuses = {"run_child": "waiting", "run_other": "running"}
+    assert run.decide() == Halt(status=RunStatus.WAITING)
+
+
+def test_a_parent_whose_child_no_longer_waits_goes_on_told_how_to_collect_it() -> None:
+    run = Run()
+    waiting_on_child(run)
+    run.child_statuses = {"run_child": "completed"}
+    assert committed(run.decide()) == [
+        NewEvent(
+            type=EventType.NOTE_ADDED,
+            data={
+                "text": "Child run run_child no longer waits for a person (it is completed "
+                'now). Collect its result with agent_wait(["run_child"]) or '
+                'agent_result("run_child").'
+            },
+        ),
+        transition(run.state, RunStatus.RUNNING, None),
+    ]
+
+
+def test_an_expired_approval_fails_the_run_with_the_request_and_the_unfinished_todos() -> None:
+    run = Run(mode="ask")
+    run.add(
+        NewEvent(
+            type=EventType.TODO_UPDATED,
+            data={"todos": [{"content": "write a", "status": "in_progress"}]},
+        )
+    )
+    run.model(("write_file", {"path": "a.txt", "content": "x"}))
+    run.perform()
+    pending = run.state.pending
+    assert pending is not None and pending.expires_at is not None
+    action = run.decide(now=datetime.fromisoformat(pending.expires_at) + timedelta(seconds=1))
+    assert committed(action) == [
+        transition(
+            run.state,
+            RunStatus.FAILED,
+            "approval_timeout",
+            result={"unfinished": ["write a"], "expired": pending.to_dict()},
+        )
+    ]
+
+
+@pytest.mark.parametrize(
+    ("asked", "reason"),
+    [
+        ({}, "paused by someone"),
+        ({"by": "ana"}, "paused by ana"),
+        ({"by": "ana", "reason": "lunch"}, "paused by ana: lunch"),
+    ],
+)
+def test_a_pause_request_pauses_the_run_saying_who_asked_and_why(
+    asked: dict[str, Any], reason: str
+) -> None:
+    run = Run()
+    run.add(NewEvent(type=EventType.PAUSE_REQUESTED, data=asked))
+    assert committed(run.decide()) == [transition(run.state, RunStatus.PAUSED, reason)]
+
+
+def test_the_budget_warning_note_names_the_dimensions_in_words() -> None:
+    run = Run(max_tool_calls=10, max_wall_seconds=100)
+    run.state = RunState.from_dict(
+        {**run.state.to_dict(), "usage": {"tool_calls": 9, "wall_seconds": 90.0}}
+    )
+    note = committed(run.decide())[-1].data["text"]
+    assert note.startswith("Budget warning: tool calls, wall time at or past 80 % of the limit.")
+
+
+# --- a child failed: fail_fast, escalate ----------------------------------------------------
+
+
+def failed_child(run: Run, policy: str, *, task: str | None = "port the parser") -> None:
+    """A background child ``run_kid`` (agent ``coder``) spawned, then failed under ``policy``."""
+    run.add(
+        NewEvent(
+            type=EventType.SUBAGENT_SPAWNED,
+            data={"child_run_id": "run_kid", "call_id": "c0", "agent": "coder", "background": True},
+        ),
+        NewEvent(
+            type=EventType.SUBAGENT_FINISHED,
+            data={
+                "child_run_id": "run_kid",
+                "status": "failed",
+                "reason": "budget_exhausted:steps",
+                "policy": policy,
+                "agent": "coder",
+                "task": task,
+                "inputs": {"file": "p.py"},
+            },
+        ),
+    )
+
+
+def test_a_fail_fast_child_failing_fails_the_parent_naming_the_child() -> None:
+    run = Run()
+    failed_child(run, "fail_fast")
+    assert committed(run.decide()) == [
+        transition(
+            run.state,
+            RunStatus.FAILED,
+            "child_failed:run_kid",
+            result={
+                "unfinished": [],
+                "child": {
+                    "child_run_id": "run_kid",
+                    "status": "failed",
+                    "reason": "budget_exhausted:steps",
+                },
+            },
+        )
+    ]
+
+
+def test_an_escalated_child_failure_asks_a_person_what_next_with_the_childs_end() -> None:
+    run = Run()
+    failed_child(run, "escalate")
+    assert committed(run.decide()) == [
+        NewEvent(
+            type=EventType.APPROVAL_REQUESTED,
+            data={
+                "kind": "child_failure",
+                "call_id": "escalate:run_kid",
+                "tool": "agent_spawn",
+                "arguments": {
+                    "child_run_id": "run_kid",
+                    "agent": "coder",
+                    "task": "port the parser",
+                    "status": "failed",
+                    "reason": "budget_exhausted:steps",
+                },
+                "risk": "medium",
+                "why": "child run_kid (coder) ended failed: budget_exhausted:steps. Approve to "
+                "retry with a fresh child, deny with a reason to give up (the run fails), or "
+                "answer with an instruction for this run",
+            },
+        ),
+        transition(run.state, RunStatus.WAITING, "child_failure:run_kid"),
+    ]
+
+
+def test_a_person_giving_up_on_a_failed_child_fails_the_run_saying_who_and_why() -> None:
+    run = Run()
+    failed_child(run, "escalate")
+    run.perform()
+    denied = decide_approval(run.state, approve=False, by="ana", reason="not worth it", now=NOW)
+    run.add(denied, transition(run.state, RunStatus.RUNNING, None))
+    assert committed(run.decide()) == [
+        transition(
+            run.state,
+            RunStatus.FAILED,
+            "child_failed:run_kid",
+            result={
+                "unfinished": [],
+                "child": {
+                    "child_run_id": "run_kid",
+                    "status": "failed",
+                    "reason": "budget_exhausted:steps",
+                },
+                "given_up_by": "ana",
+                "why": "not worth it",
+            },
+        )
+    ]
+
+
+@pytest.mark.parametrize(("task", "told"), [("port the parser", "port the parser"), (None, "")])
+def test_a_person_asking_for_a_retry_spawns_a_fresh_child_with_the_same_task(
+    task: str | None, told: str
+) -> None:
+    run = Run()
+    failed_child(run, "escalate", task=task)
+    run.perform()
+    approve(run)
+    assert run.decide() == RunTool(
+        call_id="retry:run_kid",
+        tool="agent_spawn",
+        arguments={
+            "agent": "coder",
+            "task": told,
+            "inputs": {"file": "p.py"},
+            "background": True,
+            "on_failure": "escalate",
+        },
+        effect="state",
+        recovery="idempotent",
+    )
+
+
+def test_an_approval_request_says_what_kind_of_effect_the_call_has() -> None:
+    run = Run(mode="ask")
+    run.model(("run_command", {"argv": ["make", "test"]}))
+    request, _ = committed(run.decide())
+    assert (request.data["tool"], request.data["effect"]) == ("run_command", "execute")
+
+
+# --- handoff, budgets, repetition: what each records ----------------------------------------
+
+
+def test_a_run_that_handed_its_work_over_completes_naming_who_took_over() -> None:
+    run = Run()
+    run.add(
+        NewEvent(
+            type=EventType.TODO_UPDATED,
+            data={"todos": [{"content": "port it", "status": "pending"}]},
+        ),
+        NewEvent(type=EventType.HANDED_OFF, data={"run_id": "run_next", "agent": "coder"}),
+    )
+    verifying = replace(run.state, status=RunStatus.VERIFYING)
+    assert committed(run.decide()) == [
+        transition(run.state, RunStatus.VERIFYING, "handing off to run_next"),
+        transition(
+            verifying,
+            RunStatus.COMPLETED,
+            "handed_off:run_next",
+            result={
+                "outcome": "handed_off",
+                "handed_off_to": "run_next",
+                "agent": "coder",
+                "summary": "handed off to run run_next",
+                "unfinished": ["port it"],
+            },
+        ),
+    ]
+
+
+def test_an_exhausted_budget_records_what_was_used_against_the_limit() -> None:
+    run = Run(max_steps=1)
+    run.model(content="", input_tokens=3, output_tokens=2)
+    [exhausted, failed] = committed(run.decide())
+    assert exhausted == NewEvent(
+        type=EventType.BUDGET_EXHAUSTED, data={"dimension": "steps", "used": 1, "limit": 1}
+    )
+    assert failed.data["result"] == {"unfinished": [], "usage": run.state.usage.to_dict()}
+
+
+def test_no_progress_is_recorded_at_its_step_and_the_failure_names_the_repetition() -> None:
+    run = Run()
+    for _ in range(3):
+        run.model(("read_file", {"path": "same.txt"}))
+        run.perform()
+    detected, note = committed(run.decide())
+    what = 'the same call read_file:{"limit":null,"offset":null,"path":"same.txt"} 3 times running'
+    assert detected.data == {"what": what, "step": 3}
+    assert note.data["text"].startswith(f"No progress: {what}. Stop repeating it. Re-read the goal")
+    run.add(detected, note)
+    for _ in range(2):
+        run.model(("read_file", {"path": "same.txt"}))
+        run.perform()
+    assert status_event(run.decide())["result"] == {"unfinished": [], "repeated": what}
+
+
+def test_in_plan_mode_no_progress_points_at_the_plan() -> None:
+    run = Run(mode="plan")
+    for _ in range(3):
+        run.model(("read_file", {"path": "same.txt"}))
+        run.perform()
+    [_, note] = committed(run.decide())
+    assert "you are in plan mode" in note.data["text"]
+    assert "plan_exit" in note.data["text"] and "todo_write" not in note.data["text"]
+
+
+def test_a_repeated_long_call_or_error_is_named_by_its_first_200_characters() -> None:
+    run = Run()
+    long_path = "p" * 300
+    for _ in range(3):
+        run.model(("read_file", {"path": long_path}))
+        run.perform(fail="e" * 300)
+    [detected, _] = committed(run.decide())
+    signature = run.state.recent_calls[-1]
+    assert len(signature) > 300 and signature.startswith("read_file:")
+    assert detected.data["what"] == f"the same call {signature[:200]} 3 times running"
+    run = Run()
+    for i in range(3):
+        run.model(("read_file", {"path": f"f{i}"}))
+        run.perform(fail="e" * 300)
+    [detected, _] = committed(run.decide())
+    assert detected.data["what"] == f"the same error 3 times running: {'e' * 200}"
+
+
+# --- one call: refusals, middleware, approvals ------------------------------------------------
+
+
+def test_ask_user_beside_one_write_refuses_both() -> None:
+    run = Run()
+    run.model(("ask_user", {"question": "ok?"}), ("write_file", {"path": "a", "content": "x"}))
+    assert [e.data["error_kind"] for e in committed(run.decide())] == ["invalid_turn"] * 2
+
+
+def test_an_unknown_tool_and_bad_arguments_are_recorded_as_the_model_wrote_them() -> None:
+    run = Run()
+    run.model(("no_such_tool", '{"a": 1}'))
+    [event] = committed(run.decide())
+    assert {k: event.data[k] for k in ("call_id", "tool", "arguments", "error_kind")} == {
+        "call_id": "c1_0",
+        "tool": "no_such_tool",
+        "arguments": {"a": 1},
+        "error_kind": "unknown_tool",
+    }
+    run = Run()
+    run.model(("read_file", '{"path": 3}'))
+    [event] = committed(run.decide())
+    assert (event.data["tool"], event.data["arguments"]) == ("read_file", {"path": 3})
+
+
+def test_a_policy_denial_is_recorded_with_the_rule_and_a_third_one_running_blocks_the_run() -> None:
+    run = Run()
+    run.gate = Policy(
+        rules=(Rule(action="deny", tool="run_command", reason="no commands", origin="p:1"),)
+    )
+    run.add(
+        NewEvent(
+            type=EventType.TODO_UPDATED,
+            data={"todos": [{"content": "build", "status": "pending"}]},
+        )
+    )
+    run.model(("read_file", {"path": "a"}))
+    run.perform()  # a success first: the denials are the three latest outcomes
+    for attempt in range(3):
+        run.model(("run_command", {"argv": ["make"]}))
+        events = committed(run.decide())
+        [denied, *rest] = events
+        assert denied.data["call_id"] == f"c{attempt + 2}_0"
+        assert (denied.data["tool"], denied.data["error_kind"]) == ("run_command", "policy_denied")
+        assert denied.data["arguments"].items() >= {"argv": ["make"]}.items()
+        message = denied.data["message"]
+        assert message.startswith("policy_denied: no commands (rule: p:1 deny run_command")
+        if attempt < 2:
+            assert rest == []
+            run.add(*events)
+    assert rest == [
+        transition(
+            run.state,
+            RunStatus.BLOCKED,
+            f"policy forbids run_command: no commands (rule: {message.partition('(rule: ')[2]}",
+            result={"unfinished": ["build"]},
+        )
+    ]
+
+
+def test_a_middleware_change_of_arguments_is_judged_and_run_with_its_notes() -> None:
+    run = Run()
+    run.model(("write_file", {"path": "a.txt", "content": "x"}))
+    for data in (
+        {"decision": "modify", "patch": {"arguments": {"path": "b.txt"}}},
+        {"decision": "append", "note": "wrote elsewhere"},
+    ):
+        run.add(
+            NewEvent(
+                type=EventType.MIDDLEWARE_DECIDED,
+                data={"middleware": "guard", "point": "before_tool", "call_id": "c1_0", **data},
+            )
+        )
+    action = run.decide()
+    assert isinstance(action, RunTool)
+    assert action.arguments == {"path": "b.txt", "content": "x"}
+    assert (action.notes, action.consult) == (("guard: wrote elsewhere",), False)
+
+
+def test_a_middleware_ask_makes_an_allowed_call_wait_for_a_person() -> None:
+    run = Run()
+    run.model(("write_file", {"path": "a.txt", "content": "x"}))
+    run.add(
+        NewEvent(
+            type=EventType.MIDDLEWARE_DECIDED,
+            data={
+                "middleware": "guard",
+                "point": "before_tool",
+                "call_id": "c1_0",
+                "decision": "ask",
+                "reason": "a person looks first",
+            },
+        )
+    )
+    request, _ = committed(run.decide())
+    assert (request.data["rule"], request.data["reason"]) == (
+        "middleware:guard",
+        "a person looks first",
+    )
+
+
+def test_a_call_is_sent_to_the_middleware_when_some_listen_before_tools() -> None:
+    run = Run()
+    run.middleware_points = frozenset({"before_tool"})
+    run.model(("read_file", {"path": "a"}))
+    action = run.decide()
+    assert isinstance(action, RunTool) and action.consult
+
+
+def test_a_middleware_deny_around_the_model_blocks_the_run() -> None:
+    run = Run()
+    block = {"middleware": "guard", "point": "before_model", "decision": "deny", "reason": "no"}
+    run.add(NewEvent(type=EventType.MIDDLEWARE_DECIDED, data=block))
+    assert committed(run.decide()) == [
+        transition(
+            run.state,
+            RunStatus.BLOCKED,
+            "middleware_denied:guard: no (at before_model)",
+            result={"unfinished": [], "middleware": block},
+        )
+    ]
+
+
+def test_an_approved_git_command_runs_with_a_writable_git() -> None:
+    run = Run(mode="auto")
+    run.gate = ContainedPolicy()
+    run.model(("run_command", {"argv": ["git", "commit", "-m", "x"]}))
+    run.perform()
+    approve(run)
+    action = run.decide()
+    assert isinstance(action, RunTool) and action.git_writable is True
+
+
+def test_the_runs_approval_timeout_sets_when_a_request_expires() -> None:
+    run = Run(mode="ask", options={"approval_timeout_s": 600})
+    run.model(("write_file", {"path": "a.txt", "content": "x"}))
+    request, _ = committed(run.decide())
+    assert request.data["expires_at"] == (NOW + timedelta(seconds=600)).isoformat()
+
+
+def test_when_the_mode_already_asks_a_plan_change_is_asked_for_under_the_modes_rule() -> None:
+    run = approved_plan_run()
+    run.add(NewEvent(type=EventType.MODE_CHANGED, data={"from": "edit", "to": "ask"}))
+    run.model(("plan_write", {"content": "1. something else\n"}))
+    request, _ = committed(run.decide())
+    assert request.data["rule"] == "mode:ask"
+    assert request.data["plan_sha256"] == plan_digest("1. something else\n")
+
+
+def test_the_plan_file_written_by_its_absolute_path_is_refused_too() -> None:
+    run = approved_plan_run()
+    run.model(("write_file", {"path": f"{WORKSPACE}/plans/PLAN.md", "content": "x"}))
+    [event] = committed(run.decide())
+    assert event.data["error_kind"] == "policy_denied" and "plan_write" in event.data["message"]
+
+
+def test_an_approved_plan_change_records_the_new_plan_under_the_call() -> None:
+    run = approved_plan_run()
+    new_plan = "1. Fix the parser\n2. Run the tests twice\n\nPaths:\n- src/\n"
+    run.model(("plan_write", {"content": new_plan}))
+    run.perform()
+    approve(run)
+    [approved] = committed(run.decide())
+    assert approved.data == {
+        "call_id": "c3_0",
+        "plan_sha256": plan_digest(new_plan),
+        "paths": ["src/"],
+    }
