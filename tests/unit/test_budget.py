@@ -6,6 +6,8 @@ import math
 import re
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from keel.core.budget import (
     MAX_COUNT,
@@ -14,6 +16,7 @@ from keel.core.budget import (
     Dimension,
     Usage,
     check_budget,
+    check_count,
     check_seconds,
 )
 from keel.core.errors import ConfigError
@@ -177,3 +180,127 @@ def test_a_huge_number_is_shown_shortened_in_the_message() -> None:
     with pytest.raises(ConfigError) as err:
         check_seconds("grant_ttl", 10**400)
     assert len(str(err.value)) < 150
+
+
+# --- what each addition changes, and nothing else ------------------------------------------
+
+FULL = Usage(
+    steps=3,
+    tool_calls=4,
+    tokens=500,
+    cost=0.5,
+    wall_seconds=6.0,
+    input_tokens=400,
+    cached_input_tokens=100,
+    output_tokens=100,
+    reasoning_tokens=20,
+)
+
+
+@pytest.mark.parametrize("field", ["steps", "tool_calls", "tokens", "cost", "wall_seconds"])
+def test_adding_one_dimension_leaves_every_other_count_as_it_was(field: str) -> None:
+    after = FULL.add(**{field: 2})
+    before, changed = FULL.to_dict(), after.to_dict()
+    assert changed.pop(field) == before.pop(field) + 2
+    assert changed == before
+
+
+def test_a_step_without_a_cost_leaves_the_cost_exactly_as_recorded() -> None:
+    usage = Usage(cost=1 / 3)
+    assert usage.add(steps=1).cost == 1 / 3
+    assert usage.add_turn({"input_tokens": 5}, 0.0).cost == 1 / 3
+
+
+@given(st.lists(st.floats(min_value=0, max_value=10, allow_nan=False), max_size=20))
+@example([0.123456789012345, 2e-11])
+def test_a_summed_cost_never_carries_float_noise_past_ten_decimal_places(
+    costs: list[float],
+) -> None:
+    usage = Usage()
+    for cost in costs:
+        usage = usage.add(cost=cost).add_turn({}, cost).absorb({"cost": cost})
+        assert round(usage.cost, 10) == usage.cost
+
+
+def test_a_child_run_adds_its_tokens_of_every_kind_and_its_cost_but_not_its_steps() -> None:
+    child = {
+        "steps": 7,
+        "tool_calls": 9,
+        "wall_seconds": 30.0,
+        "tokens": 50,
+        "cost": 0.125,
+        "input_tokens": 40,
+        "cached_input_tokens": 10,
+        "output_tokens": 10,
+        "reasoning_tokens": 5,
+    }
+    after = FULL.absorb(child)
+    assert (after.steps, after.tool_calls, after.wall_seconds) == (3, 4, 6.0)
+    assert after.tokens == 550 and after.cost == 0.625
+    assert (after.input_tokens, after.cached_input_tokens) == (440, 110)
+    assert (after.output_tokens, after.reasoning_tokens) == (110, 25)
+
+
+@pytest.mark.parametrize(
+    "bad", [None, True, "0.5", -1, -0.0, math.nan, math.inf, -math.inf, [1], {"usd": 1}]
+)
+def test_a_child_cost_that_is_not_a_finite_positive_number_adds_nothing(bad: object) -> None:
+    assert FULL.absorb({"cost": bad}).cost == FULL.cost
+    assert FULL.absorb({"cost": bad}) == FULL.absorb({})
+
+
+@pytest.mark.parametrize("cost", [1, 0.3, 2.75])
+def test_a_child_cost_adds_as_money(cost: float) -> None:
+    assert FULL.absorb({"cost": cost}).cost == FULL.cost + cost
+
+
+def test_a_child_without_usage_changes_nothing() -> None:
+    assert FULL.absorb({}) == FULL
+
+
+@pytest.mark.parametrize(
+    ("count", "counted"),
+    [(12.0, 12), (12.9, 12), (0.0, 0), (-3.5, 0), (math.nan, 0), (math.inf, 0), (7, 7), (-2, 0)],
+)
+def test_a_recorded_token_count_counts_its_whole_non_negative_part(
+    count: float, counted: int
+) -> None:
+    kinds = ("input_tokens", "cached_input_tokens", "output_tokens", "reasoning_tokens")
+    turn = Usage().add_turn(dict.fromkeys(kinds, count), 0.0)
+    child = Usage().absorb(dict.fromkeys((*kinds, "tokens"), count))
+    for kind in kinds:
+        assert getattr(turn, kind) == counted
+        assert getattr(child, kind) == counted
+    assert child.tokens == counted
+
+
+def test_a_usage_recorded_before_a_field_existed_reads_it_as_zero() -> None:
+    assert Usage.from_dict({}) == Usage()
+    assert Usage.from_dict({"steps": 2}) == Usage(steps=2)
+
+
+def test_a_whole_number_limit_out_of_range_is_quoted_in_the_refusal() -> None:
+    with pytest.raises(ConfigError, match=r", got 0$"):
+        check_budget(Budget(max_steps=0))
+    with pytest.raises(ConfigError, match=r", got -7$"):
+        check_seconds("--timeout", -7)
+
+
+def test_the_longest_timeout_is_accepted() -> None:
+    check_seconds("--timeout", MAX_SECONDS)
+    check_budget(Budget(max_wall_seconds=MAX_SECONDS))
+
+
+@pytest.mark.parametrize("length", [39, 40, 41, 80])
+def test_a_refused_value_is_quoted_whole_up_to_forty_characters_else_cut_with_an_ellipsis(
+    length: int,
+) -> None:
+    value = "x" * (length - 2)  # its repr has the two quotes
+    with pytest.raises(ConfigError) as err:
+        check_count("--max-steps", value)
+    shown = str(err.value).rpartition(", got ")[2]
+    if length <= 40:
+        assert shown == repr(value)
+    else:
+        assert len(shown) == 40 and shown.endswith("…")
+        assert repr(value).startswith(shown[:-1])

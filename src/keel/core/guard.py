@@ -87,14 +87,6 @@ class PathGuard:
         """False for what directory-wide tools must leave out: secrets and denied paths."""
         return covered_by(rel, self.secret) is None and covered_by(rel, self.hidden) is None
 
-    def to_dict(self) -> dict[str, list[str]]:
-        return {
-            "protected": list(self.protected),
-            "secret": list(self.secret),
-            "hidden": list(self.hidden),
-            "store_paths": list(self.store_paths),
-        }
-
 
 __all__ = [
     "DEFAULT_PROTECTED",
