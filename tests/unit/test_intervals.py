@@ -118,3 +118,76 @@ def test_welch_without_spread_is_exact_and_without_two_values_unknown() -> None:
     assert welch([3], [1, 2]) is None
     one_spread = welch([1, 2, 3], [5, 5, 5])
     assert one_spread is not None and math.isfinite(one_spread.low)
+
+
+# --- bounds, edges and refusals -------------------------------------------------------------
+
+
+def test_an_interval_reads_as_low_and_high() -> None:
+    assert Interval(low=0.25, high=0.75).to_dict() == {"low": 0.25, "high": 0.75}
+
+
+@pytest.mark.parametrize("n", range(1, 120))
+def test_wilson_never_leaves_zero_and_one_even_by_rounding(n: int) -> None:
+    assert wilson(n, n).high <= 1.0 and wilson(0, n).low >= 0.0
+
+
+@pytest.mark.parametrize("n", range(1, 40))
+def test_newcombe_never_leaves_minus_one_and_one_even_by_rounding(n: int) -> None:
+    assert newcombe(0, n, 17, 17).low >= -1.0
+    assert newcombe(17, 17, 0, n).high <= 1.0
+
+
+def test_newcombe_takes_one_trial_a_side_and_refuses_none() -> None:
+    assert newcombe(1, 1, 0, 1).low > -1.0
+    with pytest.raises(ValueError, match=r"^newcombe needs trials on both sides, got 1/1 and 0/0$"):
+        newcombe(1, 1, 0, 0)
+
+
+def test_newcombe_builds_on_wilson_intervals_of_the_same_confidence() -> None:
+    z = 1.0  # about 68 %
+    x1, n1, x2, n2 = 8, 10, 3, 12
+    p1, p2 = x1 / n1, x2 / n2
+    w1, w2 = wilson(x1, n1, z), wilson(x2, n2, z)
+    interval = newcombe(x1, n1, x2, n2, z)
+    assert interval.low == pytest.approx(
+        p1 - p2 - math.sqrt((p1 - w1.low) ** 2 + (w2.high - p2) ** 2)
+    )
+    assert interval.high == pytest.approx(
+        p1 - p2 + math.sqrt((w1.high - p1) ** 2 + (p2 - w2.low) ** 2)
+    )
+
+
+def test_welch_needs_two_values_a_side_and_no_more() -> None:
+    assert welch([1.0, 2.0], [3.0, 5.0]) is not None
+
+
+@pytest.mark.parametrize(("p", "df"), [(0, 5), (1, 5), (1.5, 5), (-0.1, 5), (0.9, 0), (0.9, -1)])
+def test_a_quantile_outside_the_open_unit_interval_or_without_freedom_is_refused(
+    p: float, df: float
+) -> None:
+    with pytest.raises(
+        ValueError, match=rf"^student_t_quantile needs 0 < p < 1 and df > 0, got p={p}, df={df}$"
+    ):
+        student_t_quantile(p, df)
+
+
+def test_the_median_of_t_is_zero_exactly_and_small_quantiles_are_found() -> None:
+    assert student_t_quantile(0.5, 7) == 0.0
+    assert abs(student_t_quantile(0.6, 10) - 0.2602) < 1e-4  # from the tables
+    assert abs(student_t_quantile(0.4, 10) + 0.2602) < 1e-4
+
+
+def test_the_t_cdf_is_below_a_half_left_of_zero_and_above_right_of_it() -> None:
+    assert student_t_cdf(0.0, 5) == 0.5
+    assert student_t_cdf(0.5, 10) == pytest.approx(1 - student_t_cdf(-0.5, 10))
+    assert 0.5 < student_t_cdf(0.5, 10) < 0.7
+    assert 0.3 < student_t_cdf(-0.5, 10) < 0.5
+
+
+@pytest.mark.parametrize(("a", "b"), [(1, 1), (2, 5), (0.5, 0.5)])
+def test_the_regularized_beta_is_zero_and_one_at_the_ends(a: float, b: float) -> None:
+    assert regularized_beta(0, a, b) == 0.0
+    assert regularized_beta(-0.5, a, b) == 0.0
+    assert regularized_beta(1, a, b) == 1.0
+    assert regularized_beta(1.5, a, b) == 1.0

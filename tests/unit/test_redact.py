@@ -355,3 +355,36 @@ def test_might_hold_is_false_only_when_the_json_text_surely_holds_no_secret() ->
     # A value JSON would escape cannot be found in the text: always walk.
     quoted = Redactor((("TOKEN", 'abc"defghijk'),))
     assert quoted.might_hold("{}")
+
+
+# --- the edges of the credential shape ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "credential"),
+    [
+        ("a1b2c3d4e5f6g7h8", True),  # exactly 16 characters
+        ("a1b2c3d4e5f6g7h", False),  # 15
+        ("abcdefghijklmnop1q2", True),  # a letter beside a digit exactly three times
+        ("abcdefghijklmnop1q", False),  # twice
+        ("a1b2c3d4@example.com", False),  # an @ is not of a token's alphabet
+        ("./a1b2c3d4e5f6g7", False),  # relative paths
+        ("../a1b2c3d4e5f6g7", False),
+    ],
+)
+def test_the_edges_of_what_looks_like_a_credential(value: str, credential: bool) -> None:
+    assert looks_like_credential(value) is credential
+
+
+def test_every_url_of_a_text_is_searched_for_credentials() -> None:
+    text = "https://ghp_a1b2c3d4e5f6g7h8@github.com/x then postgres://u:s3cr3tpass1@db/x"
+    assert url_credentials(text) == ["ghp_a1b2c3d4e5f6g7h8", "s3cr3tpass1"]
+
+
+def test_a_dotenv_variable_without_a_value_does_not_hide_the_ones_after_it() -> None:
+    assert dotenv_secrets({"EMPTY": None, "API_KEY": "abcdef"}) == [("API_KEY", "abcdef")]
+
+
+def test_a_url_naming_only_a_user_is_no_credential_for_a_child_process() -> None:
+    environ = {"HOMEPAGE": "https://git@github.com/x", "DB": "postgres://u:s3cr3tpass1@db/x"}
+    assert without_secrets(environ) == {"HOMEPAGE": "https://git@github.com/x"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -15,8 +16,12 @@ from keel.core.events import Event, EventType
 from keel.core.records import RunOptions
 from keel.core.stats import (
     Latency,
+    ModelFigures,
+    ReasonCount,
     RunStats,
     TokenCounts,
+    ToolFigures,
+    VerifierFigures,
     nearest_rank,
     parse_since,
     percentile_rank,
@@ -249,3 +254,98 @@ def test_stats_as_json_are_strict_and_name_every_status() -> None:
         "reasoning": 0,
         "total": 0,
     }
+
+
+def test_the_refusals_of_a_percentile_say_what_is_wrong() -> None:
+    with pytest.raises(ValueError, match=r"^no values: a percentile needs at least one$"):
+        percentile_rank(0, 50)
+    with pytest.raises(ValueError, match=r"^percentile 101 is not in 1\.\.100$"):
+        percentile_rank(5, 101)
+    assert percentile_rank(5, 100) == 5
+
+
+def test_a_reason_code_is_trimmed_of_spaces_only() -> None:
+    assert reason_code(" waiting\t: x") == "waiting\t"
+    assert reason_code("MAX: over") == "MAX"
+
+
+def test_a_since_that_is_not_a_date_shows_both_forms_as_they_are() -> None:
+    with pytest.raises(UsageError) as refused:
+        parse_since("soon")
+    assert str(refused.value).endswith("; use e.g. 2026-01-31 or 2026-01-31T09:30:00+00:00")
+
+
+def test_a_since_without_an_offset_is_utc_whatever_the_local_time_zone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        assert parse_since("2026-01-31T09:30") == datetime(2026, 1, 31, 9, 30, tzinfo=UTC)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+def test_latency_figures_as_json() -> None:
+    seconds = [float(i) for i in range(1, 101)] + [0.1234567]
+    latency = Latency.of(seconds)
+    assert latency is not None
+    assert latency.to_dict() == {
+        "timed": 101,
+        "total_s": round(sum(seconds), 6),
+        "mean_s": round(sum(seconds) / 101, 6),
+        "p50_s": 50.0,
+        "p95_s": 95.0,
+        "p99_s": 99.0,
+        "max_s": 100.0,
+    }
+    tiny = Latency.of([0.1234567, 0.1234567])
+    assert tiny is not None and tiny.to_dict()["total_s"] == 0.246913
+    assert tiny.to_dict()["mean_s"] == 0.123457
+
+
+def test_stats_as_json_hold_every_row() -> None:
+    latency = Latency.of([0.5])
+    stats = RunStats(
+        runs=3,
+        by_status={RunStatus.COMPLETED: 2, RunStatus.FAILED: 1},
+        reasons=(ReasonCount(status=RunStatus.FAILED, reason="budget_exhausted", runs=1),),
+        steps=7,
+        tokens=TokenCounts(input=10, cached_input=4, output=5, reasoning=2),
+        cost=0.12345678901234,
+        models=(ModelFigures(model="m", calls=7, latency=latency),),
+        tools=(
+            ToolFigures(tool="read_file", calls=4, failed=1, latency=None),
+            ToolFigures(tool="run_command", calls=2, failed=0, latency=latency),
+        ),
+        verifiers=(VerifierFigures(verifier="unit", checks=3, passed=2),),
+    )
+    half = {
+        "timed": 1,
+        "total_s": 0.5,
+        "mean_s": 0.5,
+        "p50_s": 0.5,
+        "p95_s": 0.5,
+        "p99_s": 0.5,
+        "max_s": 0.5,
+    }
+    assert stats.to_dict() == {
+        "runs": 3,
+        "by_status": {s.value: {"completed": 2, "failed": 1}.get(s.value, 0) for s in RunStatus},
+        "reasons": [{"status": "failed", "reason": "budget_exhausted", "runs": 1}],
+        "steps": 7,
+        "tool_calls": 6,
+        "tokens": {"input": 10, "cached_input": 4, "output": 5, "reasoning": 2, "total": 15},
+        "cost": 0.123456789,
+        "models": [{"model": "m", "calls": 7, "latency": half}],
+        "tools": [
+            {"tool": "read_file", "calls": 4, "failed": 1, "latency": None},
+            {"tool": "run_command", "calls": 2, "failed": 0, "latency": half},
+        ],
+        "verifiers": [
+            {"verifier": "unit", "checks": 3, "passed": 2, "failed": 1, "pass_rate": 0.6667}
+        ],
+    }
+    assert ModelFigures(model="m", calls=0, latency=None).to_dict()["latency"] is None
+    assert VerifierFigures(verifier="v", checks=0, passed=0).to_dict()["pass_rate"] == 0.0

@@ -217,7 +217,7 @@ def combine(records: Iterable[Mapping[str, Any]]) -> Combined:
         if kind in RANK and (best is None or RANK[kind] > RANK[best["decision"]]):
             best = record
     if best is None or best["decision"] in ("append", "continue"):
-        return Combined(patch=patch, notes=tuple(notes), kind="modify" if patch else "continue")
+        return Combined(notes=tuple(notes))  # no modify was seen, so there is no patch
     return Combined(
         kind=str(best["decision"]),
         by=str(best.get("middleware", "")),
