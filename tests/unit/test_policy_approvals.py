@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import time
 import uuid
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from keel.core.budget import MAX_SECONDS
 from keel.core.errors import NothingPending, UsageError
 from keel.core.events import Event, EventType, NewEvent
 from keel.core.records import Grant, RunOptions
@@ -358,3 +360,111 @@ def test_approving_a_plan_records_the_sha256_of_the_plan_the_reviewer_read() -> 
 
     assert granted.data["plan_sha256"] == plan_digest(plan)
     assert plan_digest(plan) == hashlib.sha256(plan.encode()).hexdigest()
+
+
+def test_an_approval_request_holds_the_call_its_effect_risk_and_the_rule_that_asked() -> None:
+    assert request().data == {
+        "kind": "approval",
+        "call_id": "call_1",
+        "tool": "run_command",
+        "effect": "execute",
+        "arguments": PUSH,
+        "digest": approval_digest("run_command", PUSH, WORKSPACE),
+        "risk": "high",
+        "expires_at": "2025-03-01T13:00:00+00:00",
+        "rule": "mode:edit",
+        "reason": "execute calls need approval in edit mode",
+    }
+    write = approval_request(
+        call_id="c",
+        tool="write_file",
+        effect="write",
+        arguments={"path": "a"},
+        workspace=WORKSPACE,
+        now=NOW,
+        ttl_seconds=None,
+        rule="r",
+        reason="why",
+    )
+    assert (write.data["risk"], write.data["expires_at"]) == ("medium", None)
+
+
+def test_a_decision_records_the_kind_of_request_and_who_decided() -> None:
+    waiting = fold(request())
+    granted = decide_approval(waiting, approve=True, by="ana", reason=" fine ", now=NOW)
+    assert granted.data == {
+        "kind": "approval",
+        "call_id": "call_1",
+        "tool": "run_command",
+        "digest": approval_digest("run_command", PUSH, WORKSPACE),
+        "by": "ana",
+        "reason": "fine",
+        "expires_at": "2025-03-02T12:00:00+00:00",
+    }
+
+
+def test_deciding_with_nothing_pending_names_the_run() -> None:
+    with pytest.raises(NothingPending, match="run_1"):
+        decide_approval(fold(), approve=True, by="ana", reason=None, now=NOW)
+
+
+def plan_write_request(content: Any, *, arguments: dict[str, Any] | None = None) -> NewEvent:
+    return NewEvent(
+        type=EventType.APPROVAL_REQUESTED,
+        data={
+            "kind": "approval",
+            "call_id": "call_3",
+            "tool": "plan_write",
+            "arguments": arguments if arguments is not None else {"content": content},
+            "digest": "e" * 64,
+        },
+    )
+
+
+def test_approving_a_change_of_the_plan_records_the_sha256_of_the_new_plan() -> None:
+    waiting = fold(plan_write_request("1. new plan\n"))
+    granted = decide_approval(waiting, approve=True, by="ana", reason=None, now=NOW)
+    assert granted.data["plan_sha256"] == plan_digest("1. new plan\n")
+
+
+def test_an_approval_about_no_plan_records_no_plan_digest() -> None:
+    other = NewEvent(
+        type=EventType.APPROVAL_REQUESTED,
+        data={
+            "kind": "approval",
+            "call_id": "call_4",
+            "tool": "mcp_tracker",
+            "arguments": {"plan": "a field that happens to be called plan"},
+            "digest": "f" * 64,
+        },
+    )
+    for waiting in (fold(other), fold(plan_write_request(7))):
+        granted = decide_approval(waiting, approve=True, by="ana", reason=None, now=NOW)
+        assert "plan_sha256" not in granted.data
+
+
+def test_a_naive_time_is_refused_telling_how_to_make_an_aware_one() -> None:
+    with pytest.raises(UsageError) as err:
+        is_expired("2025-03-01T12:00:00+00:00", datetime(2025, 1, 1))
+    assert str(err.value) == "approval times must be timezone-aware (use datetime.now(UTC))"
+
+
+def test_expiry_is_written_in_utc_whatever_the_local_time_zone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        assert expires_at(NOW.astimezone(timezone(timedelta(hours=-5))), 60) == (
+            "2025-03-01T12:01:00+00:00"
+        )
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+def test_a_time_to_live_under_a_second_is_still_a_time_to_live() -> None:
+    assert expires_at(NOW, 0.5) == "2025-03-01T12:00:00.500000+00:00"
+    assert usable_ttl(0.5, 3600.0) == 0.5
+    assert usable_ttl(MAX_SECONDS, 3600.0) == MAX_SECONDS
+    assert usable_ttl(MAX_SECONDS + 1, 3600.0) == 3600.0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -12,7 +14,8 @@ from keel.core.events import Event, EventType, NewEvent
 from keel.core.records import RunOptions, Todo, in_plan_paths
 from keel.core.state import RunState
 from keel.policy import Mode, Policy, plan_approved_events, todos_from_plan
-from keel.policy.plans import plan_change_decision, plan_digest, plan_paths
+from keel.policy.modes import Decision
+from keel.policy.plans import follow_on_mode, plan_change_decision, plan_digest, plan_paths
 
 PLAN = """# Plan
 1. Read the failing test
@@ -218,3 +221,66 @@ def test_other_tools_may_not_rewrite_the_approved_plan_file(path: str) -> None:
 
     assert verdict is not None and verdict.action == "deny"
     assert "change it with plan_write" in verdict.reason
+
+
+def test_a_plan_with_a_lone_surrogate_still_has_a_digest() -> None:
+    plan = json.loads('"1. fix the \\ud800 parser"')  # JSON may carry a lone surrogate
+    assert plan_digest(plan) == hashlib.sha256(plan.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def test_a_follow_on_mode_of_plan_means_the_default_mode() -> None:
+    state = RunState(run_id="run_p", options=RunOptions(mode="plan", plan_then="plan"))
+    assert follow_on_mode(state) is Mode.EDIT
+
+
+@pytest.mark.parametrize(
+    ("plan", "paths"),
+    [
+        ("Paths: `docs/user guide.md`, src/\n", ("docs/user guide.md", "src/")),
+        ("Paths: src/a.py,src/b.py\n", ("src/a.py", "src/b.py")),
+        (
+            "Paths:\n- docs/INDEX\n- Xcode/Project.pbxproj\n- /XDG/dirs\n",
+            ("docs/INDEX", "Xcode/Project.pbxproj", "XDG/dirs"),
+        ),
+    ],
+)
+def test_paths_are_split_at_commas_and_keep_their_letters(
+    plan: str, paths: tuple[str, ...]
+) -> None:
+    assert plan_paths(plan) == paths
+
+
+def test_a_plan_approved_outside_a_call_names_no_call() -> None:
+    state = planning_run("edit")
+    [approved, *_] = plan_approved_events(state)
+    assert approved.data["call_id"] == ""
+
+
+def test_replacing_the_approved_plan_asks_naming_the_digest_it_would_replace() -> None:
+    state = planning_run("edit")
+    approved = apply(state, plan_approved_events(state))
+    decision = plan_change_decision(
+        approved, "plan_write", "write", {"content": "other"}, workspace=Path("/w")
+    )
+    assert decision == Decision(
+        action="ask",
+        rule="plan",
+        reason=f"the approved plan (sha256 {plan_digest(PLAN)[:12]}) would be replaced; "
+        "changing an approved plan needs a new approval",
+    )
+
+
+def test_writing_the_approved_plan_file_with_another_tool_is_refused_saying_how_to_change_it() -> (
+    None
+):
+    state = planning_run("edit")
+    approved = apply(state, plan_approved_events(state))
+    decision = plan_change_decision(
+        approved, "edit_file", "write", {"path": "plans/PLAN.md"}, workspace=Path("/w")
+    )
+    assert decision == Decision(
+        action="deny",
+        rule="plan",
+        reason="plans/PLAN.md holds the approved plan: change it with plan_write, which asks "
+        "for a new approval",
+    )
