@@ -9,7 +9,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from keel.core.errors import ToolError
-from keel.core.pathnames import NAME_MAX, shown_path, spelled_path
+from keel.core.pathnames import (
+    NAME_MAX,
+    PATH_MAX,
+    check_length,
+    os_name,
+    shown_path,
+    spelled_path,
+)
 from keel.core.text import valid_data, valid_text
 
 name_bytes = st.binary(min_size=1, max_size=40).filter(lambda b: b"/" not in b and b"\0" not in b)
@@ -72,3 +79,54 @@ def test_text_is_made_valid_and_pairs_are_joined() -> None:
     assert valid_data(data) == {"k\ufffd": ["ok", ("x\ufffd",)], "n": 1}
     clean = {"a": [1, "b"]}
     assert valid_data(clean) is clean
+
+
+# --- the words of each refusal and the edges of the limits ---------------------------------
+
+
+def test_delete_is_shown_escaped_like_the_other_control_characters() -> None:
+    assert shown_path("a\x7fb\x80c") == "a\\x7fb\x80c"
+
+
+def test_a_refusal_names_what_was_spelled() -> None:
+    with pytest.raises(
+        ToolError, match=r"^path 'a\\x00b' contains a NUL character; file names cannot$"
+    ):
+        spelled_path("a\x00b")
+    with pytest.raises(ToolError) as err:
+        spelled_path("bad\udcffname")
+    assert str(err.value) == (
+        "path 'bad\\udcffname' contains a lone surrogate (U+DCFF) at character 3, which is not "
+        "text; a byte of a name that is not UTF-8 is written \\xHH, as list_dir shows it"
+    )
+
+
+def test_a_long_component_is_refused_naming_what_it_is_part_of() -> None:
+    with pytest.raises(ToolError) as err:
+        spelled_path("a" * 256, what="file")
+    assert str(err.value) == (
+        f"file {'a' * 59 + '…'!r} of 256 bytes; a file name has at most {NAME_MAX} bytes"
+    )
+    with pytest.raises(ToolError) as err:
+        check_length("d/" + "a" * 256, shown="s" * 60)
+    assert str(err.value) == (
+        f"path {'s' * 60!r} has a component {'a' * 59 + '…'!r} of 256 bytes; a file name has "
+        f"at most {NAME_MAX} bytes"
+    )
+
+
+def test_a_name_and_a_path_exactly_at_their_limits_are_accepted() -> None:
+    check_length("a" * NAME_MAX, shown="x")
+    at_most = "/".join(["a" * 200] * 21)[:PATH_MAX]
+    assert len(at_most) == PATH_MAX
+    check_length(at_most, shown="x")
+    with pytest.raises(ToolError, match=rf"^path 'x' is {PATH_MAX + 1} bytes long; a path has "):
+        check_length("/".join(["a" * 200] * 21)[: PATH_MAX + 1], shown="x")
+
+
+def test_a_path_too_long_to_open_still_names_its_file_for_resolving() -> None:
+    assert os_name("\\xff" + "a" * 300) == "\udcff" + "a" * 300
+
+
+def test_an_escape_of_a_plain_letter_is_kept_as_written_in_any_case() -> None:
+    assert spelled_path("a\\x4Ab") == "a\\x4Ab"
