@@ -56,12 +56,14 @@ bench: $(STAMP)
 # mutants, killed, survivors, equivalent ones with their reasons from
 # bench/mutation/equivalent.toml) and bench/mutation/results.txt (mutmut's own listing).
 # mutants/ keeps the verdicts: a changed function's mutants are tried again, and so are
-# the last run's survivors, with the current tests. A fresh run: rm -rf mutants first.
+# the last run's survivors, with the current tests (and the survivors of functions that
+# only run on import, in fresh processes). A fresh run: rm -rf mutants first.
 MUTATE_CHILDREN ?= 2
 
 mutate: $(STAMP)
 	@[ ! -d mutants ] || $(BIN)/python bench/mutation/report.py --reset
 	nice -n 10 $(BIN)/mutmut run --max-children $(MUTATE_CHILDREN)
+	nice -n 10 $(BIN)/python bench/mutation/report.py --fresh
 	$(BIN)/mutmut results > bench/mutation/results.txt
 	$(BIN)/python bench/mutation/report.py
 

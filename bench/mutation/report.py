@@ -13,19 +13,28 @@ An equivalent mutant is named by module, function and the mutated lines before a
 after (``original``, ``mutant``), not by mutmut's numbered id, which shifts whenever the
 function is edited.
 
+A function that only runs while its module is imported (building a module-level table)
+cannot be tested the way mutmut tests: it switches a mutant on in a process that imported
+the module already. ``--fresh`` tries each survivor of the functions listed in
+``bench/mutation/import_time.toml`` in a new pytest process that imports the mutated
+module with the mutant on, running the tests named there; those it kills are counted
+"killed on import" (``mutants/fresh.json`` keeps the verdicts).
+
 ``--reset`` marks the survivors and the mutants no test ran as not tried, so that the next
 ``mutmut run`` tries them with the current tests: mutmut keeps a verdict until the
 function changes, so a new test would kill nothing until its mutant is tried again.
 (mutmut learns which tests run a function when a test is new; a test changed to run
 more functions is only seen by a fresh run: remove mutants/ first.)
 
-Usage: python bench/mutation/report.py [--reset] [--out bench/mutation/report.md]
+Usage: python bench/mutation/report.py [--reset | --fresh] [--out bench/mutation/report.md]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 import tomllib
 from collections import Counter, defaultdict
@@ -35,6 +44,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 EQUIVALENT = HERE / "equivalent.toml"
+IMPORT_TIME = HERE / "import_time.toml"
 REPORT = HERE / "report.md"
 
 # mutmut's exit codes, as its stats module reads them.
@@ -54,7 +64,16 @@ STATUS = {
     37: "type check",
 }
 RETRIED = ("survived", "no tests")
-COLUMNS = ("mutants", "killed", "timeout", "survived", "equivalent", "no tests", "not checked")
+COLUMNS = (
+    "mutants",
+    "killed",
+    "timeout",
+    "killed on import",
+    "survived",
+    "equivalent",
+    "no tests",
+    "not checked",
+)
 
 
 @dataclass(frozen=True)
@@ -101,8 +120,6 @@ def load_mutants(root: Path) -> list[Mutant]:
 
 def reset_survivors(root: Path) -> int:
     """Mark the survivors (and the mutants no test ran) as not tried; how many there were."""
-    import os  # noqa: PLC0415
-
     from mutmut.mutation.data import SourceFileMutationData  # noqa: PLC0415
 
     os.chdir(root)  # mutmut reads mutants/ relative to the working directory
@@ -151,10 +168,46 @@ def quoted(text: str) -> str:
     return "<br>".join(f"`{line}`" if line else "(nothing)" for line in text.split("\n"))
 
 
-def write_report(root: Path, out: Path, equivalents_path: Path) -> dict[str, Counter[str]]:
-    import os  # noqa: PLC0415
+def import_time_functions(path: Path) -> dict[tuple[str, str], tuple[str, ...]]:
+    """(module, function) -> the tests that exercise what the function builds."""
+    if not path.exists():
+        return {}
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    return {
+        (item["module"], item["function"]): tuple(item["tests"])
+        for item in data.get("function", [])
+    }
 
+
+def try_fresh(root: Path, listed: Path) -> dict[str, int]:
+    """Run each survivor of an import-time function in a fresh pytest process (the mutant
+    switched on before the import); its exit code by mutant id, also kept in
+    mutants/fresh.json."""
+    functions = import_time_functions(listed)
+    verdicts: dict[str, int] = {}
+    env = {**os.environ, "PYTHONPATH": str(root / "mutants" / "src")}
+    for mutant in load_mutants(root):
+        tests = functions.get((mutant.module, mutant.function))
+        if tests is None or mutant.status != "survived":
+            continue
+        command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
+        done = subprocess.run(
+            command,
+            cwd=root / "mutants",
+            env={**env, "MUTANT_UNDER_TEST": mutant.name},
+            capture_output=True,
+            check=False,
+        )
+        verdicts[mutant.name] = done.returncode
+        print(f"{mutant.name}: {'killed' if done.returncode == 1 else 'survived'}")
+    (root / "mutants" / "fresh.json").write_text(json.dumps(verdicts, indent=1), encoding="utf-8")
+    return verdicts
+
+
+def write_report(root: Path, out: Path, equivalents_path: Path) -> dict[str, Counter[str]]:
     os.chdir(root)  # mutmut reads mutants/ relative to the working directory
+    fresh_file = root / "mutants" / "fresh.json"
+    fresh = json.loads(fresh_file.read_text(encoding="utf-8")) if fresh_file.exists() else {}
     mutants = load_mutants(root)
     entries = load_equivalents(equivalents_path)
     by_key: dict[tuple[str, str, str, str], Entry] = {entry.key(): entry for entry in entries}
@@ -169,6 +222,9 @@ def write_report(root: Path, out: Path, equivalents_path: Path) -> dict[str, Cou
         row["mutants"] += 1
         if mutant.status not in ("survived", "no tests", "killed", "timeout"):
             row[mutant.status if mutant.status in COLUMNS else "not checked"] += 1
+            continue
+        if mutant.status == "survived" and fresh.get(mutant.name) == 1:
+            row["killed on import"] += 1  # a test failed once the import ran the mutant
             continue
         if mutant.status in ("killed", "timeout") and (mutant.module, mutant.function) not in named:
             row[mutant.status] += 1  # its diff is only needed to see an entry gone stale
@@ -205,9 +261,11 @@ def write_report(root: Path, out: Path, equivalents_path: Path) -> dict[str, Cou
         "this file by `bench/mutation/report.py`). Do not edit: explain an equivalent mutant",
         "in `bench/mutation/equivalent.toml`, kill any other survivor with a test.",
         "",
-        "Killed: a selected test failed; timeout: the mutant hung (killed too); survived: no",
-        "test notices it; equivalent: survives because nothing observable changes (the reason",
-        "is below); no tests: no selected test runs the function.",
+        "Killed: a selected test failed; timeout: the mutant hung (killed too); killed on",
+        "import: a function run only while its module is imported, killed in a fresh process",
+        "(`bench/mutation/import_time.toml`); survived: no test notices it; equivalent:",
+        "survives because nothing observable changes (the reason is below); no tests: no",
+        "selected test runs the function.",
         "",
         "| module | " + " | ".join(COLUMNS) + " |",
         "|---|" + "---:|" * len(COLUMNS),
@@ -255,6 +313,7 @@ def write_report(root: Path, out: Path, equivalents_path: Path) -> dict[str, Cou
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--reset", action="store_true", help="try the survivors again next run")
+    parser.add_argument("--fresh", action="store_true", help="try import-time survivors")
     parser.add_argument("--out", type=Path, default=REPORT)
     parser.add_argument("--equivalent", type=Path, default=EQUIVALENT)
     args = parser.parse_args()
@@ -263,12 +322,19 @@ def main() -> None:
     if args.reset:
         print(f"{reset_survivors(ROOT)} survivors to try again")
         return
+    if args.fresh:
+        verdicts = try_fresh(ROOT, IMPORT_TIME)
+        killed = sum(code == 1 for code in verdicts.values())
+        print(f"{killed} of {len(verdicts)} import-time survivors killed in a fresh process")
+        return
     counts = write_report(ROOT, args.out.resolve(), args.equivalent.resolve())
     total = counts["total"]
+    killed = total["killed"] + total["timeout"] + total["killed on import"]
     print(
-        f"{args.out}: {total['mutants']} mutants, {total['killed'] + total['timeout']} killed "
-        f"({total['timeout']} by timeout), {total['equivalent']} equivalent, "
-        f"{total['survived'] + total['no tests']} to kill or explain"
+        f"{args.out}: {total['mutants']} mutants, {killed} killed ({total['timeout']} by "
+        f"timeout, {total['killed on import']} on import), {total['equivalent']} equivalent, "
+        f"{total['survived'] + total['no tests']} to kill or explain, "
+        f"{total['not checked']} not tried"
     )
 
 
