@@ -1,0 +1,118 @@
+"""How interpreters, awk and find take the code they run (keel.policy.programs): which
+calls run code no file names, and which commands ``find -exec`` starts."""
+
+from __future__ import annotations
+
+import pytest
+
+from keel.policy.programs import INTERPRETERS, awk_runs, find_runs, inline_code
+
+PYTHON, PERL, PWSH = INTERPRETERS["python"], INTERPRETERS["perl"], INTERPRETERS["pwsh"]
+STDIN = "reads its program from standard input"
+
+
+@pytest.mark.parametrize(
+    ("args", "why"),
+    [
+        (["-c", "print(1)"], "runs inline code (-c)"),
+        (["-cprint(1)"], "runs inline code (-c)"),
+        (["-bc", "x"], "runs inline code (-c)"),
+        (["-W", "ignore", "-c", "x"], "runs inline code (-c)"),
+        (["-Wignore", "-c", "x"], "runs inline code (-c)"),
+        (["-W", "-c"], STDIN),  # -c is -W's value here
+        (["-X", "dev", "x.py"], None),
+        (["--check-hash-based-pycs", "always", "x.py"], None),
+        (["--check-hash-based-pycs=always", "x.py"], None),
+        (["--check-hash-based-pycs=always", "-c", "x"], "runs inline code (-c)"),
+        (["--unknown", "x.py"], None),
+        (["-m", "http.server"], None),
+        (["-V"], None),
+        (["--version"], None),
+        (["x.py", "-c"], None),
+        ([], STDIN),
+        (["-"], STDIN),
+        (["-u"], STDIN),
+        (["--", "x.py"], None),
+        (["--"], "reads from standard input"),
+    ],
+)
+def test_which_python_calls_run_code_no_file_names(args: list[str], why: str | None) -> None:
+    assert inline_code(PYTHON, args) == why
+
+
+@pytest.mark.parametrize(
+    ("args", "why"),
+    [
+        (["-ne", "print"], "runs inline code (-e)"),
+        (["-i.bak", "-pe", "s/a/b/"], "runs inline code (-e)"),
+        (["-Ilib", "-e", "1"], "runs inline code (-e)"),
+        (["-I", "lib", "x.pl"], None),
+        (["-v"], None),
+    ],
+)
+def test_which_perl_calls_run_code_no_file_names(args: list[str], why: str | None) -> None:
+    assert inline_code(PERL, args) == why
+
+
+@pytest.mark.parametrize(
+    ("args", "why"),
+    [
+        (["-NoProfile", "-Command", "Get-Date"], "runs inline code (-Command)"),
+        (["-c:ls"], "runs inline code (-c:ls)"),
+        (["-File", "x.ps1"], None),
+        (["-Version"], None),
+        (["x.ps1"], None),
+        (["-NoProfile"], STDIN),
+    ],
+)
+def test_which_powershell_calls_run_code_no_file_names(args: list[str], why: str | None) -> None:
+    assert inline_code(PWSH, args) == why
+
+
+SYSTEM = "program may run commands (system() or a pipe)"
+
+
+@pytest.mark.parametrize(
+    ("args", "why"),
+    [
+        (["{ print }"], None),
+        (['{ system("x") }'], SYSTEM),
+        (['{ print | "sh" }'], SYSTEM),
+        (["-F", ",", '{ system("x") }'], SYSTEM),
+        (["--field-separator", ",", '{ system("x") }'], SYSTEM),
+        (["-v", "a=1", '{ system("x") }'], SYSTEM),
+        (["--assign", "a=1", '{ system("x") }'], SYSTEM),
+        (["-e", '{ system("x") }'], SYSTEM),
+        (["--source", '{ system("x") }'], SYSTEM),
+        (["-e", "{ print }", "system.log"], None),  # a data file's name is no program
+        (["-e"], None),
+        (["-x", '{ system("x") }'], SYSTEM),
+        (["--", '{ system("x") }'], SYSTEM),
+        (["-f", "p.awk", "system.log"], None),
+        (["--file", "system.awk"], None),
+        (["--file=p.awk", "system.log"], None),
+        (["-fp.awk", "system.log"], None),
+        (["-", "system.log"], None),
+        ([], None),
+    ],
+)
+def test_which_awk_programs_may_run_commands(args: list[str], why: str | None) -> None:
+    assert awk_runs(args) == why
+
+
+@pytest.mark.parametrize(
+    ("args", "runs"),
+    [
+        (["-exec", "ls", ";"], [("ls",)]),
+        ([".", "-name", "*.py", "-exec", "rm", "{}", ";"], [("rm", "{}")]),
+        (
+            [".", "-execdir", "wc", "{}", "+", "-ok", "cat", "{}", ";"],
+            [("wc", "{}"), ("cat", "{}")],
+        ),
+        ([".", "-okdir", "echo", "{}", ";", "-print"], [("echo", "{}")]),
+        ([".", "-exec", "rm", "-rf", "{}"], [("rm", "-rf", "{}")]),
+        ([".", "-name", "x"], []),
+    ],
+)
+def test_the_commands_find_starts(args: list[str], runs: list[tuple[str, ...]]) -> None:
+    assert find_runs(args) == runs
