@@ -1,0 +1,71 @@
+"""How a shell string is split into commands (keel.policy.shell_syntax): brackets and
+quotes, backquotes, subshells and arithmetic, and what cannot be read."""
+
+from __future__ import annotations
+
+import pytest
+
+from keel.policy.shell_syntax import closing, read_script
+
+
+def words(text: str) -> list[tuple[str, ...]]:
+    return [c.words for c in read_script(text).commands]
+
+
+@pytest.mark.parametrize(
+    ("text", "end"),
+    [
+        ("(a \\) b)", 7),  # an escaped bracket does not close
+        ('(a ")" b)', 8),  # nor one in quotes
+        ("((a) b)", 6),
+        ("('a\\')", 5),  # no escapes inside single quotes
+        ('("a\\"b")', 7),  # but inside double quotes
+        ('(a "b', None),
+        ("(a (b)", None),
+    ],
+)
+def test_the_bracket_closing_an_opening_one(text: str, end: int | None) -> None:
+    assert closing(text, 0) == end
+
+
+def test_a_backquoted_command_is_read_as_a_script_of_its_own() -> None:
+    script = read_script("echo `ls \\`x\\`` done; pwd")
+    assert words("echo `ls \\`x\\`` done; pwd") == [("echo", "`ls \\`x\\``", "done"), ("pwd",)]
+    assert script.nested == ("ls `x`",)
+    assert script.opaque == ("command substitution `...`",)
+
+
+def test_an_unbalanced_backquote_keeps_the_rest_as_the_word() -> None:
+    script = read_script("echo `ls -l")
+    assert words("echo `ls -l") == [("echo", "`ls -l")]
+    assert (script.nested, script.opaque) == ((), ("unbalanced backquote",))
+
+
+def test_an_unbalanced_expansion_runs_to_the_end() -> None:
+    script = read_script("echo $((1+2")
+    assert words("echo $((1+2") == [("echo", "$((1+2")]
+    assert script.opaque == ("arithmetic expansion $((...))", "unbalanced parentheses or braces")
+
+
+def test_control_operators_separate_commands() -> None:
+    assert words("a; b && c || d | e & f") == [("a",), ("b",), ("c",), ("d",), ("e",), ("f",)]
+
+
+def test_a_subshell_is_a_script_of_its_own_and_what_follows_is_read_on() -> None:
+    script = read_script("(cd x; ls) ; b")
+    assert words("(cd x; ls) ; b") == [("b",)]
+    assert script.nested == ("cd x; ls",)
+    assert script.opaque == ("parentheses (a subshell or function definition)",)
+    arithmetic = read_script("((x++)); y")
+    assert (arithmetic.nested, arithmetic.opaque) == ((), ("arithmetic command ((...))",))
+    assert words("((x++)); y") == [("y",)]
+    unbalanced = read_script("(ls; b")
+    assert unbalanced.commands == () and unbalanced.opaque == (
+        "parentheses (a subshell or function definition)",
+        "unbalanced parentheses",
+    )
+
+
+def test_and_and_or_inside_a_test_are_not_command_separators() -> None:
+    assert words("if [[ a && b ]]; then c; fi") == [("c",)]
+    assert words("[[ -f x || -d x ]] && ls") == [("ls",)]
