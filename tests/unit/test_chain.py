@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from keel.core.chain import ChainCheck, chain_time, event_hash, genesis, plain, plain_event_hash
+from keel.core.chain import (
+    GENESIS_TAG,
+    ChainCheck,
+    chain_time,
+    event_hash,
+    genesis,
+    plain,
+    plain_event_hash,
+)
 from keel.core.errors import LogDamaged, StoreError
 
 RUN = "run_0123456789ab"
@@ -141,3 +150,41 @@ def test_a_check_can_start_after_a_trusted_event() -> None:
     with pytest.raises(LogDamaged) as err:
         ChainCheck(RUN, head_seq=6, after=3, prev="0" * 64).row(*rows[3])
     assert err.value.seq == 4
+
+
+def test_a_gap_past_the_runs_head_is_named_at_the_stray_event() -> None:
+    rows = log(6)
+    stray = damage([*rows, row(8, rows[-1][5])], 6, rows[-1][5])
+    assert (stray.seq, stray.detail) == (
+        8,
+        "not appended by Keel (the run's last event is seq 6)",
+    )
+    gap = damage([*rows[:5], row(7, rows[4][5])], 6, rows[-1][5])
+    assert (gap.seq, gap.detail) == (6, "missing (the next stored event is seq 7)")
+
+
+def test_changed_content_is_named_as_such() -> None:
+    rows = log(3)
+    changed = [rows[0], (*rows[1][:4], '{"n":9}', rows[1][5]), rows[2]]
+    assert damage(changed, 3, rows[-1][5]).detail == (
+        "its content does not match its hash (changed after it was written)"
+    )
+
+
+def test_a_run_id_with_a_lone_surrogate_still_has_a_genesis() -> None:
+    run_id = "run_\ud800"
+    assert (
+        genesis(run_id)
+        == hashlib.sha256((GENESIS_TAG + run_id).encode("utf-8", "surrogatepass")).hexdigest()
+    )
+
+
+def test_chain_time_is_utc_whatever_the_local_time_zone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        moment = datetime(2026, 12, 1, 11, 11, 54, 123, tzinfo=timezone(timedelta(hours=9)))
+        assert chain_time(moment) == "2026-12-01T02:11:54.000123+00:00"
+    finally:
+        monkeypatch.undo()
+        time.tzset()

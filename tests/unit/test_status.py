@@ -85,3 +85,23 @@ def test_transition_builds_the_status_changed_event() -> None:
     assert event.data == {"from": "running", "to": "waiting", "reason": "approval of write_file"}
     with pytest.raises(InvalidTransition):
         transition(state, S.QUEUED, "x")
+
+
+def test_a_refused_move_says_which_moves_are_allowed_or_that_the_run_ended() -> None:
+    with pytest.raises(InvalidTransition) as err:
+        check_transition(RunStatus.QUEUED, RunStatus.COMPLETED, "done")
+    assert str(err.value) == (
+        "cannot move a run from queued to completed: allowed: cancelled, running"
+    )
+    with pytest.raises(InvalidTransition) as err:
+        check_transition(RunStatus.FAILED, RunStatus.RUNNING, None)
+    assert str(err.value) == "cannot move a run from failed to running: failed is terminal"
+
+
+def test_a_move_without_a_reason_names_both_statuses() -> None:
+    with pytest.raises(InvalidTransition) as err:
+        check_transition(RunStatus.RUNNING, RunStatus.FAILED, " ")
+    assert str(err.value) == (
+        "cannot move a run from running to failed: a non-empty reason is required"
+    )
+    assert (err.value.current, err.value.target) == (RunStatus.RUNNING, RunStatus.FAILED)
