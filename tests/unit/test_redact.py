@@ -388,3 +388,22 @@ def test_a_dotenv_variable_without_a_value_does_not_hide_the_ones_after_it() -> 
 def test_a_url_naming_only_a_user_is_no_credential_for_a_child_process() -> None:
     environ = {"HOMEPAGE": "https://git@github.com/x", "DB": "postgres://u:s3cr3tpass1@db/x"}
     assert without_secrets(environ) == {"HOMEPAGE": "https://git@github.com/x"}
+
+
+def test_held_values_are_kept_longest_first() -> None:
+    assert Redactor((("A", "zz"), ("B", "aaaa"))).secrets == (("B", "aaaa"), ("A", "zz"))
+
+
+def test_a_held_value_is_replaced_where_it_starts_first() -> None:
+    redactor = Redactor((("C", "cdef"), ("A", "abcd")))
+    assert redactor.scrub_text("abcdef") == "[redacted:A]ef"
+
+
+def test_values_sharing_a_prefix_are_each_replaced_whole() -> None:
+    redactor = Redactor((("A", "ab"), ("C", "abc"), ("D", "abd")))
+    assert redactor.scrub_text("x abd y abc ab") == "x [redacted:D] y [redacted:C] [redacted:A]"
+
+
+def test_a_url_whose_password_was_redacted_already_keeps_its_marker() -> None:
+    text = "https://u:[redacted:DB_PASSWORD]@db/x"
+    assert Redactor(()).scrub_text(text) == text
