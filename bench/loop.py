@@ -125,7 +125,8 @@ def noop(ctx: ToolContext, i: int) -> ToolResult:
 
 class StepModel:
     """Scripted turns made on demand: step i calls noop(i) (the write workload:
-    write_file of notes/i.txt); step N finishes (or asks)."""
+    write_file of notes/i.txt); step N finishes (or asks). Each request must end with the
+    result of the previous step's call, as a real model would need it."""
 
     def __init__(self, steps: int, *, ask_at_end: bool = False, workload: str = "read") -> None:
         self.spec = f"scripted:bench-{steps}"
@@ -135,6 +136,10 @@ class StepModel:
 
     def complete(self, request: ModelRequest) -> ModelTurn:
         step = request.step
+        if step:
+            last, asked = request.messages[-1], self.ask_at_end and step > self.steps
+            expected = "ask" if asked else f"call_{step - 1}"
+            assert last.role == "tool" and last.tool_call_id == expected, last
         if step < self.steps and self.workload == "write":
             arguments = json.dumps(write_arguments(step))
             return self._turn(

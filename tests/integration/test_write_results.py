@@ -70,3 +70,29 @@ def test_a_cancel_while_the_model_thinks_keeps_the_write_result_and_starts_nothi
     assert kinds.index(EventType.STATUS_CHANGED, kinds.index(EventType.TOOL_STARTED)) < (
         kinds.index(EventType.TOOL_FINISHED)
     )
+
+
+def test_the_next_request_shows_the_write_result_not_yet_stored(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    seen_stored: list[bool] = []
+
+    class Looking(ScriptedModel):
+        def complete(self, request: ModelRequest) -> ModelTurn:
+            if request.step == 1:  # the turn after the write: is its result in the log?
+                assert harness is not None
+                stored = list(harness.events(run_id))
+                seen_stored.append(any(e.type is EventType.TOOL_FINISHED for e in stored))
+            return super().complete(request)
+
+    done = {"tool_calls": [{"name": "request_completion", "arguments": {"summary": "ok"}}]}
+    model = Looking([write("one.txt"), done], spec="scripted:looking")
+    harness: Harness | None = None
+    with Harness(store=f"sqlite:///{tmp_path}/keel.db", model=model) as h:
+        harness = h
+        run_id = h.create("write a file", cwd=ws).run_id
+        final = h.execute(run_id)
+    assert final.status is RunStatus.COMPLETED
+    assert seen_stored == [False]  # the write's result waits for the next commit ...
+    shown = [m for m in model.requests[1].messages if m.role == "tool"]
+    assert len(shown) == 1 and "one.txt" in (shown[0].content or "")  # ... yet the model sees it

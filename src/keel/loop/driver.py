@@ -154,12 +154,14 @@ class Driver:
     _points: frozenset[str] = field(init=False)
     _asking: MiddlewareDriving = field(init=False)
     _system: tuple[RunState, str] | None = field(init=False)  # the state's system prompt
+    _extended: tuple[FoldedStep, Transcript] | None = field(init=False)  # see _conversation
 
     def __post_init__(self) -> None:
         self._points = frozenset(p.value for p in self.middleware.points)
         self._asking = MiddlewareDriving(self.middleware)
         self._stored = self.state
         self._system = None
+        self._extended = None
         self._pending = None
         self._pending_events = []
         self.workspace = Path(self.state.workspace).resolve()
@@ -421,6 +423,18 @@ class Driver:
             defer=not decided and replay_safe(valid, self._committed_first),
         )
 
+    def _conversation(self) -> Transcript:
+        """What the next request shows: the stored conversation, and what is folded but
+        not yet stored (a read's or a repairable write's result) after it — the model
+        sees every result, whether or not its commit has happened yet."""
+        if self._pending is None:
+            return self.transcript
+        made = self._extended
+        if made is None or made[0] is not self._pending:  # the stored part changes only
+            # when what was pending is stored (``_pending`` is then another object or None)
+            made = self._extended = (self._pending, self.transcript.extended(self._pending.events))
+        return made[1]
+
     def _system_prompt(self) -> str:
         """``system_prompt`` of the current state, made once per state (a step asks for it
         to fit the context and again to build the request)."""
@@ -431,7 +445,7 @@ class Driver:
 
     def _request(self, action: CallModel) -> ModelRequest:
         return ModelRequest(
-            messages=build_messages(self.state, self.transcript, system=self._system_prompt()),
+            messages=build_messages(self.state, self._conversation(), system=self._system_prompt()),
             tools=self._specs,
             step=action.step,
             on_retry=self._record_retry,
@@ -457,7 +471,7 @@ class Driver:
         when the transcript was compacted and the run goes on."""
         events = self._window.compact(
             self.state,
-            self.transcript,
+            self._conversation(),
             system=self._system_prompt(),
             step=action.step,
             overflow=overflow,

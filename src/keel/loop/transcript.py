@@ -123,6 +123,21 @@ class Transcript:
         kept = sum(entry.tokens for entry in self.entries)
         self.tokens = kept + message_tokens(self.continuation)
 
+    def extended(self, events: Iterable[Event]) -> Transcript:
+        """A copy with ``events`` applied too (this one is left as it is): the conversation
+        as it will be once events folded but not yet stored are, for the next request."""
+        copy = Transcript.__new__(Transcript)
+        copy.entries = deque(self.entries)
+        copy._messages = list(self._messages)
+        copy.compaction = self.compaction
+        copy.continuation = self.continuation
+        copy.tokens = self.tokens
+        copy._unanswered = set(self._unanswered)
+        copy._held = list(self._held)
+        for event in events:
+            copy.apply(event)
+        return copy
+
     def view(self) -> list[Message]:
         """The continuation (after a compaction), then every message since; never
         starting with an orphaned tool result (compaction cuts only before a turn)."""
