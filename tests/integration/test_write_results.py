@@ -96,3 +96,33 @@ def test_the_next_request_shows_the_write_result_not_yet_stored(tmp_path: Path) 
     assert seen_stored == [False]  # the write's result waits for the next commit ...
     shown = [m for m in model.requests[1].messages if m.role == "tool"]
     assert len(shown) == 1 and "one.txt" in (shown[0].content or "")  # ... yet the model sees it
+
+
+def test_a_message_racing_a_deferred_result_is_shown_once_after_it(tmp_path: Path) -> None:
+    # A person writes to the run while the model thinks after a write: the driver's commit
+    # loses the race, catches up, and the next request shows the write's result and the
+    # message, each once, in that order.
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    done = {"tool_calls": [{"name": "request_completion", "arguments": {"summary": "ok"}}]}
+
+    class Messaged(ScriptedModel):
+        def complete(self, request: ModelRequest) -> ModelTurn:
+            if request.step == 1:
+                assert harness is not None
+                harness.message(run_id, "also add a changelog line")
+            return super().complete(request)
+
+    model = Messaged([write("one.txt"), write("two.txt"), done], spec="scripted:messaged")
+    harness: Harness | None = None
+    with Harness(store=f"sqlite:///{tmp_path}/keel.db", model=model) as h:
+        harness = h
+        run_id = h.create("write files", cwd=ws).run_id
+        final = h.execute(run_id)
+    assert final.status is RunStatus.COMPLETED
+    after = [(m.role, m.content or "") for m in model.requests[2].messages[2:]]
+    tools = [text for role, text in after if role == "tool"]
+    users = [text for role, text in after if role == "user"]
+    assert len(tools) == 2 and "one.txt" in tools[0] and "two.txt" in tools[1]
+    assert sum("also add a changelog line" in text for text in users) == 1
+    assert (ws / "one.txt").exists() and (ws / "two.txt").exists()

@@ -154,14 +154,12 @@ class Driver:
     _points: frozenset[str] = field(init=False)
     _asking: MiddlewareDriving = field(init=False)
     _system: tuple[RunState, str] | None = field(init=False)  # the state's system prompt
-    _extended: tuple[FoldedStep, Transcript] | None = field(init=False)  # see _conversation
 
     def __post_init__(self) -> None:
         self._points = frozenset(p.value for p in self.middleware.points)
         self._asking = MiddlewareDriving(self.middleware)
         self._stored = self.state
         self._system = None
-        self._extended = None
         self._pending = None
         self._pending_events = []
         self.workspace = Path(self.state.workspace).resolve()
@@ -292,6 +290,7 @@ class Driver:
             self._pending = step if self._pending is None else self._pending.then(step)
             self._pending_events.extend(clean)
             self.state = step.state
+            self._show(step.events)
         if defer or self._pending is None:
             return
         for attempt in range(2):
@@ -319,9 +318,10 @@ class Driver:
                         return
                 self._pending_events = events_again
                 self.state = self._pending.state
+                self._show(self._pending.events)
             else:
                 self._pending, self._pending_events = None, []
-                self._absorb(state, stored)
+                self._absorb(state, stored, shown=True)
                 return
 
     def _fold_or_none(self, events: Sequence[NewEvent]) -> FoldedStep | None:
@@ -353,18 +353,31 @@ class Driver:
         self.commit([])
 
     def refresh(self) -> None:
-        """Catch up with events other processes stored (dropping anything deferred)."""
+        """Catch up with events other processes stored (dropping anything deferred: the
+        transcript, which showed it, is rebuilt from the log)."""
+        shown = self._pending is not None
         self._pending, self._pending_events = None, []
         self.state = self._stored
-        for event in self.store.read_events(self.run_id, after=self._stored.last_seq):
-            self._absorb(self._stored.apply(event), [event])
+        new = list(self.store.read_events(self.run_id, after=self._stored.last_seq))
+        if shown:
+            upto = new[-1].seq if new else self._stored.last_seq
+            self.transcript = recent_transcript(self.store, self._stored, upto=upto)
+        for event in new:
+            self._absorb(self._stored.apply(event), [event], shown=shown)
 
-    def _absorb(self, state: RunState, stored: list[Event]) -> None:
+    def _show(self, events: Sequence[Event]) -> None:
+        """Events folded (stored or not yet) join the conversation at once: the next
+        request shows every result, whether or not its commit has happened yet."""
+        for event in events:
+            self.transcript.apply(event)
+
+    def _absorb(self, state: RunState, stored: list[Event], *, shown: bool = False) -> None:
         self.state = state
         self._stored = state
         observing = Point.ON_EVENT in self.middleware.points
         for event in stored:
-            self.transcript.apply(event)
+            if not shown:
+                self.transcript.apply(event)
             if observing:
                 self.middleware.observe(event)
             if self.on_event is not None:
@@ -423,18 +436,6 @@ class Driver:
             defer=not decided and replay_safe(valid, self._committed_first),
         )
 
-    def _conversation(self) -> Transcript:
-        """What the next request shows: the stored conversation, and what is folded but
-        not yet stored (a read's or a repairable write's result) after it — the model
-        sees every result, whether or not its commit has happened yet."""
-        if self._pending is None:
-            return self.transcript
-        made = self._extended
-        if made is None or made[0] is not self._pending:  # the stored part changes only
-            # when what was pending is stored (``_pending`` is then another object or None)
-            made = self._extended = (self._pending, self.transcript.extended(self._pending.events))
-        return made[1]
-
     def _system_prompt(self) -> str:
         """``system_prompt`` of the current state, made once per state (a step asks for it
         to fit the context and again to build the request)."""
@@ -445,7 +446,7 @@ class Driver:
 
     def _request(self, action: CallModel) -> ModelRequest:
         return ModelRequest(
-            messages=build_messages(self.state, self._conversation(), system=self._system_prompt()),
+            messages=build_messages(self.state, self.transcript, system=self._system_prompt()),
             tools=self._specs,
             step=action.step,
             on_retry=self._record_retry,
@@ -471,7 +472,7 @@ class Driver:
         when the transcript was compacted and the run goes on."""
         events = self._window.compact(
             self.state,
-            self._conversation(),
+            self.transcript,
             system=self._system_prompt(),
             step=action.step,
             overflow=overflow,

@@ -123,21 +123,6 @@ class Transcript:
         kept = sum(entry.tokens for entry in self.entries)
         self.tokens = kept + message_tokens(self.continuation)
 
-    def extended(self, events: Iterable[Event]) -> Transcript:
-        """A copy with ``events`` applied too (this one is left as it is): the conversation
-        as it will be once events folded but not yet stored are, for the next request."""
-        copy = Transcript.__new__(Transcript)
-        copy.entries = deque(self.entries)
-        copy._messages = list(self._messages)
-        copy.compaction = self.compaction
-        copy.continuation = self.continuation
-        copy.tokens = self.tokens
-        copy._unanswered = set(self._unanswered)
-        copy._held = list(self._held)
-        for event in events:
-            copy.apply(event)
-        return copy
-
     def view(self) -> list[Message]:
         """The continuation (after a compaction), then every message since; never
         starting with an orphaned tool result (compaction cuts only before a turn)."""
@@ -235,8 +220,9 @@ def _artifacts(event: Event) -> tuple[str, ...]:
     return tuple(dict.fromkeys(ARTIFACT_REFERENCE.findall(output)))
 
 
-def recent_transcript(store: Store, state: RunState) -> Transcript:
-    """The model's conversation rebuilt from the log back to its latest compaction only.
+def recent_transcript(store: Store, state: RunState, *, upto: int | None = None) -> Transcript:
+    """The model's conversation rebuilt from the log back to its latest compaction only
+    (through event ``upto`` when given, else everything stored).
 
     Windows of events are read backwards (growing fourfold) until one holds a
     ``context_compacted`` event or reaches the run's first event; the transcript is
@@ -248,6 +234,8 @@ def recent_transcript(store: Store, state: RunState) -> Transcript:
     while True:
         after = max(0, state.last_seq - window)
         events = list(store.read_events(state.run_id, after=after))
+        if upto is not None:
+            events = [e for e in events if e.seq <= upto]
         latest = next((e for e in reversed(events) if e.type is EventType.CONTEXT_COMPACTED), None)
         if latest is not None:
             through = int(latest.data["through_seq"])
