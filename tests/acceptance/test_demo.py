@@ -69,6 +69,7 @@ def test_demo_completes_offline_with_verifier_evidence_in_the_default_store(
         # Evidence: each verifier's output and the diff, as stored artifacts.
         evidence = {}
         assert state.result is not None
+        assert set(state.result["evidence"]) == {"unit_tests", "security", "code_diff"}
         for ref in state.result["evidence"].values():
             artifact, content = store.get_artifact(ref.removeprefix("artifact:"))
             evidence[artifact.name] = content.decode()

@@ -62,8 +62,12 @@ def suite_argv(python: str = sys.executable) -> list[str]:
 
 
 def verify_commands(python: str = sys.executable) -> list[str]:
-    """The harness's verifiers: the test suite and the security check (shell command lines)."""
-    return [shlex.join(suite_argv(python)), shlex.join([python, "check_security.py"])]
+    """The harness's verifiers, named as their evidence is filed: the test suite
+    (``unit_tests``) and the security check (``security``), as shell command lines."""
+    return [
+        f"unit_tests={shlex.join(suite_argv(python))}",
+        f"security={shlex.join([python, 'check_security.py'])}",
+    ]
 
 
 # The demo's own policy: the two programs its agent runs are allowed by name, so the
