@@ -6,8 +6,9 @@ adapters, pydantic and the HTTP client at every ``keel`` start.
 """
 
 # Private aliases: the package's namespace holds its public names only.
-import importlib as _importlib
 import typing as _typing
+
+from keel.lazy_names import lazy_names as _lazy_names
 
 if _typing.TYPE_CHECKING:
     from keel.models.base import (
@@ -83,15 +84,4 @@ __all__ = [
 
 
 if not _typing.TYPE_CHECKING:  # type checkers see the imports above, and no other name
-
-    def __getattr__(name: str) -> _typing.Any:
-        where = _WHERE.get(name)
-        if where is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(_importlib.import_module(where), name)
-        globals()[name] = value  # later look-ups are plain attribute reads
-        return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    __getattr__, __dir__ = _lazy_names(globals(), _WHERE)
