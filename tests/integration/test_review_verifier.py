@@ -289,3 +289,32 @@ def test_a_parent_killed_mid_review_resumes_to_exactly_one_review(
         assert len(reads) == 1  # the reviewer read once: a resume does not read again
     finally:
         s.close()
+
+
+def test_a_flood_of_huge_blocking_issues_reaches_the_model_bounded(
+    workspace: Path, store_url: str
+) -> None:
+    # A reviewer (its model as hostile as any) lists 40 issues of 20,000 characters, with
+    # newlines and terminal escapes: the gap the parent's model reads quotes 10, each cut
+    # to one line of at most 400 characters, and counts the rest.
+    flood = [
+        {"description": f"issue {i}\n\x1b[2J" + "x" * 20_000, "file": "fix.txt", "line": 1}
+        for i in range(40)
+    ]
+    write_agent(
+        workspace,
+        "loud",
+        script=[review(*flood)],
+        tools=["read_file"],
+        workspace_kind="shared-readonly",
+        budget={"steps": 3},
+        output=REVIEWER_SCHEMA,
+    )
+    model = ScriptedModel([write("fixed\n"), done(), write("fixed again\n")])
+    with Harness(store=store_url, model=model) as h:
+        run = h.run("fix it", cwd=workspace, verify_agent=["review=loud"])
+        failed = [e.data for e in h.events(run.id) if e.type is EventType.VERIFICATION_FAILED]
+    (gap,) = [g for g in failed[0]["gaps"] if g.startswith("review ")]
+    assert "40 blocking issue(s)" in gap and "(and 30 more)" in gap
+    assert "\n" not in gap and len(gap) < 10 * 450
+    assert gap.count("issue ") == 10
