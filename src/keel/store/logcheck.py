@@ -13,9 +13,9 @@ states it wrote or read itself, cached by ``(run_id, last_seq)``):
   hash of the event before the snapshot's. Their numbering must run on without a gap
   to the run's last sequence, nothing may lie beyond it, the last hash must be the
   head the run records and the snapshot's hash its event's. That is the snapshot's
-  event plus the few after it (at most ``SNAPSHOT_EVERY`` on SQLite; none on
-  PostgreSQL, which rewrites the snapshot at every append): two or three rows more
-  than the load read anyway.
+  event plus the ones after it (on SQLite about as much event text as the snapshot
+  holds, and at least ``SNAPSHOT_EVERY`` events: ``SnapshotMark``; none on
+  PostgreSQL, which rewrites the snapshot at every append).
 - ``read_events``: every event returned, chained from the stored hash of the event
   before the first; when the read reaches the run's head, the head too.
 

@@ -50,13 +50,14 @@ def _snapshot_row(conn: sqlite3.Connection, run_id: str) -> tuple[str, int, str 
     return snapshot, int(last_seq), last_hash
 
 
-def load_checked(conn: sqlite3.Connection, run_id: str) -> tuple[RunState, int]:
-    """The run's state (snapshot plus the events after it) and the snapshot's sequence."""
+def load_checked(conn: sqlite3.Connection, run_id: str) -> tuple[RunState, int, int]:
+    """The run's state (snapshot plus the events after it), the snapshot's sequence and
+    its size (JSON characters)."""
     snapshot_text, head_seq, head_hash = _snapshot_row(conn, run_id)
     snapshot = RunState.from_dict(json.loads(snapshot_text))
     rows = conn.execute(Q["read_events"], (run_id, tail_start(snapshot.last_seq), ALL))
     state = checked_state(run_id, snapshot, rows, head_seq=head_seq, head_hash=head_hash)
-    return state, snapshot.last_seq
+    return state, snapshot.last_seq, len(snapshot_text)
 
 
 def verify_checked(conn: sqlite3.Connection, run_id: str) -> LogCheck:

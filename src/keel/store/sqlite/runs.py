@@ -22,7 +22,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from keel.core.chain import chain_time
 from keel.core.errors import (
@@ -58,7 +58,7 @@ from keel.store.step import (
 
 Q = load_queries("keel.store.sqlite", "runs.sql")
 STATE_CACHE_SIZE = 256
-SNAPSHOT_EVERY = 48  # events between snapshot rewrites (a status change always rewrites)
+SNAPSHOT_EVERY = 48  # fewest events between snapshot rewrites (a status change always rewrites)
 ARTIFACT_ID_HEX = 32
 
 
@@ -75,11 +75,32 @@ def epoch_to_datetime(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, UTC)
 
 
+class SnapshotMark(NamedTuple):
+    """Where a run's stored snapshot stands: its event, its size, and how much event
+    text was stored after it (JSON characters)."""
+
+    seq: int
+    size: int = 0  # 0: not known (a rewrite is then due by the event count alone)
+    tail: int = 0
+
+    def due(self, seq: int) -> bool:
+        """Whether an append reaching ``seq`` rewrites the snapshot: at least
+        ``SNAPSHOT_EVERY`` events after it *and* at least as much event text as the
+        snapshot itself. Rewriting a snapshot then costs no more than the events
+        written since (a run with many changed files does not re-serialise them every
+        few steps: per-step cost stays flat), and a reader folds a tail no larger than
+        the snapshot it parsed."""
+        return seq - self.seq >= SNAPSHOT_EVERY and self.tail >= self.size
+
+
+_UNKNOWN = SnapshotMark(-SNAPSHOT_EVERY)  # a state this process did not see stored: rewrite
+
+
 class SQLiteRuns:
     """Runs, events, run leases and artifacts of ``SQLiteStore`` (mixin over ``_db``)."""
 
     _db: Database
-    _states: OrderedDict[str, tuple[RunState, int]]  # run id -> (state, snapshot's seq)
+    _states: OrderedDict[str, tuple[RunState, SnapshotMark]]  # run id -> (state, snapshot)
     _states_guard: threading.Lock
 
     def _init_runs(self) -> None:
@@ -88,7 +109,7 @@ class SQLiteRuns:
 
     # --- state cache -----------------------------------------------------------------
 
-    def _cached(self, run_id: str, last_seq: int) -> tuple[RunState, int] | None:
+    def _cached(self, run_id: str, last_seq: int) -> tuple[RunState, SnapshotMark] | None:
         with self._states_guard:
             entry = self._states.get(run_id)
             if entry is None or entry[0].last_seq != last_seq:
@@ -96,26 +117,27 @@ class SQLiteRuns:
             self._states.move_to_end(run_id)
             return entry
 
-    def _remember(self, state: RunState, snapshot_seq: int) -> None:
+    def _remember(self, state: RunState, snapshot: SnapshotMark) -> None:
         with self._states_guard:
-            self._states[state.run_id] = (state, snapshot_seq)
+            self._states[state.run_id] = (state, snapshot)
             self._states.move_to_end(state.run_id)
             while len(self._states) > STATE_CACHE_SIZE:
                 self._states.popitem(last=False)
 
     def _state_at(self, conn: sqlite3.Connection, run_id: str, last_seq: int) -> RunState:
         """The run's state at ``last_seq`` (from memory, else the snapshot plus later events)."""
-        return self._state_and_snapshot_seq(conn, run_id, last_seq)[0]
+        return self._state_and_snapshot(conn, run_id, last_seq)[0]
 
-    def _state_and_snapshot_seq(
+    def _state_and_snapshot(
         self, conn: sqlite3.Connection, run_id: str, last_seq: int
-    ) -> tuple[RunState, int]:
+    ) -> tuple[RunState, SnapshotMark]:
         cached = self._cached(run_id, last_seq)
         if cached is not None:
             return cached
-        state, snapshot_seq = log.load_checked(conn, run_id)
-        self._remember(state, snapshot_seq)
-        return state, snapshot_seq
+        state, snapshot_seq, size = log.load_checked(conn, run_id)
+        snapshot = SnapshotMark(snapshot_seq, size)  # its tail's size not known: 0
+        self._remember(state, snapshot)
+        return state, snapshot
 
     # --- runs and events -------------------------------------------------------------
 
@@ -157,6 +179,7 @@ class SQLiteRuns:
                 run_id = new_run_id()
                 event = first_event(run_id, data, data_text, now=now)
                 state = RunState(run_id=run_id).apply(event)
+                snapshot_text = dump_json(state.to_dict())
                 try:
                     conn.execute(
                         Q["insert_run"],
@@ -168,7 +191,7 @@ class SQLiteRuns:
                             goal,
                             workspace,
                             idempotency_key,
-                            dump_json(state.to_dict()),
+                            snapshot_text,
                             1,
                             event.hash,
                             now_text,
@@ -184,7 +207,7 @@ class SQLiteRuns:
                 (run_id, 1, event.event_id, event.type.value, now_text, data_text, event.hash),
             )
             conn.executemany(Q["insert_figures"], figure_rows([event], options))
-        self._remember(state, 1)
+        self._remember(state, SnapshotMark(1, len(snapshot_text)))
         return state
 
     def append_events(
@@ -211,10 +234,10 @@ class SQLiteRuns:
         if cached is None:
             with self._db.read() as conn:
                 self._check_head(conn, run_id, expected_seq, None)
-                cached = self._state_and_snapshot_seq(conn, run_id, expected_seq)
-        base, snapshot_seq = cached
+                cached = self._state_and_snapshot(conn, run_id, expected_seq)
+        base, snapshot = cached
         step = fold_step(base, events, now=datetime.now(UTC))
-        return self._write_step(run_id, step, lease_token, snapshot_seq)
+        return self._write_step(run_id, step, lease_token, snapshot)
 
     def append_folded(
         self, run_id: str, step: FoldedStep, *, lease_token: str | None = None
@@ -226,11 +249,11 @@ class SQLiteRuns:
                 run_id, [], expected_seq=step.base_seq, lease_token=lease_token
             )
         cached = self._cached(run_id, step.base_seq)
-        snapshot_seq = cached[1] if cached is not None else -SNAPSHOT_EVERY  # unknown: rewrite
-        return self._write_step(run_id, step, lease_token, snapshot_seq)
+        snapshot = cached[1] if cached is not None else _UNKNOWN
+        return self._write_step(run_id, step, lease_token, snapshot)
 
     def _write_step(
-        self, run_id: str, step: FoldedStep, lease_token: str | None, snapshot_seq: int
+        self, run_id: str, step: FoldedStep, lease_token: str | None, snapshot: SnapshotMark
     ) -> tuple[RunState, list[Event]]:
         state, stored, expected_seq = step.state, step.events, step.base_seq
         seq = state.last_seq
@@ -243,13 +266,14 @@ class SQLiteRuns:
                 at, at_text = e.recorded_at, chain_time(e.recorded_at)
             rows.append((run_id, e.seq, e.event_id, e.type.value, at_text, text, e.hash))
         figures = figure_rows(stored, state.options)  # what `keel stats` reads
-        # The snapshot is rewritten on every status change and every SNAPSHOT_EVERY events;
-        # readers fold the few events after it, so an append stays O(new events).
-        rewrite = state.status is not step.base_status or seq - snapshot_seq >= SNAPSHOT_EVERY
+        # The snapshot is rewritten on every status change and when due (SnapshotMark);
+        # readers fold the events after it, so an append stays O(new events).
+        rewrite = state.status is not step.base_status or snapshot.due(seq)
+        snapshot_text = dump_json(state.to_dict()) if rewrite else ""
         with self._db.write() as conn:
             if rewrite:
                 params: tuple[object, ...] = (
-                    dump_json(state.to_dict()),
+                    snapshot_text,
                     state.status.value,
                     seq,
                     state.last_hash,
@@ -297,7 +321,11 @@ class SQLiteRuns:
                 conn.executemany(Q["insert_figures"], figures)
             fault_point("append_rows_written")
         fault_point("append_committed")
-        self._remember(state, seq if rewrite else snapshot_seq)
+        if rewrite:
+            snapshot = SnapshotMark(seq, len(snapshot_text))
+        else:
+            snapshot = snapshot._replace(tail=snapshot.tail + sum(map(len, step.texts)))
+        self._remember(state, snapshot)
         return state, stored
 
     def _check_head(
