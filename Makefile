@@ -54,7 +54,7 @@ bench: $(STAMP)
 # Mutation testing of the modules [tool.mutmut] in pyproject.toml names (core/, loop/decide.py,
 # policy/, the stores' append and claim paths): writes bench/mutation/report.md (per module:
 # mutants, killed, survivors, equivalent ones with their reasons from
-# bench/mutation/equivalent.toml) and bench/mutation/results.txt (mutmut's own listing).
+# bench/mutation/equivalent/MODULE.toml) and bench/mutation/results.txt (mutmut's own listing).
 # mutants/ keeps the verdicts: a changed function's mutants are tried again, and so are
 # the last run's survivors, with the current tests (and the survivors of functions that
 # only run on import, in fresh processes). A fresh run: rm -rf mutants first.

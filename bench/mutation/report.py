@@ -3,7 +3,7 @@
 mutmut (configured in ``[tool.mutmut]`` of pyproject.toml) leaves its verdicts in
 ``mutants/**/*.py.meta``; this script reads them and writes ``bench/mutation/report.md``:
 per module the mutants, killed, timeouts (killed too: the mutant hung), survivors no
-test kills, the survivors listed in ``bench/mutation/equivalent.toml`` as equivalent
+test kills, the survivors listed in ``bench/mutation/equivalent/MODULE.toml`` as equivalent
 (no behaviour changes; each with its reason), the ones no selected test runs, and those
 not yet tried. Then every equivalent mutant with its reason, every survivor still to be
 killed or explained (its diff), and the stale entries of the equivalents file: an entry
@@ -43,7 +43,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
-EQUIVALENT = HERE / "equivalent.toml"
+EQUIVALENT = HERE / "equivalent"  # one TOML file per module
 IMPORT_TIME = HERE / "import_time.toml"
 REPORT = HERE / "report.md"
 
@@ -147,11 +147,13 @@ def changed_lines(mutant: Mutant, root: Path) -> tuple[str, str]:
 
 
 def load_equivalents(path: Path) -> list[Entry]:
-    if not path.exists():
-        return []
-    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    """The entries of ``path``: a TOML file, or a folder of them (one per module)."""
+    files = sorted(path.glob("*.toml")) if path.is_dir() else [path] if path.exists() else []
+    items = []
+    for file in files:
+        items += tomllib.loads(file.read_text(encoding="utf-8")).get("equivalent", [])
     entries = []
-    for item in data.get("equivalent", []):
+    for item in items:
         entries.append(
             Entry(
                 item["module"],
@@ -259,7 +261,7 @@ def write_report(root: Path, out: Path, equivalents_path: Path) -> dict[str, Cou
         "",
         "Written by `make mutate` (mutmut, configured in `[tool.mutmut]` of pyproject.toml;",
         "this file by `bench/mutation/report.py`). Do not edit: explain an equivalent mutant",
-        "in `bench/mutation/equivalent.toml`, kill any other survivor with a test.",
+        "in `bench/mutation/equivalent/MODULE.toml`, kill any other survivor with a test.",
         "",
         "Killed: a selected test failed; timeout: the mutant hung (killed too); killed on",
         "import: a function run only while its module is imported, killed in a fresh process",
@@ -297,7 +299,7 @@ def write_report(root: Path, out: Path, equivalents_path: Path) -> dict[str, Cou
             f"- `{mutant.function}`: {quoted(entry.original)} → {quoted(entry.mutant)}: "
             f"{entry.reason}"
         )
-    lines += ["", f"## Stale entries in equivalent.toml ({len(stale)})", ""]
+    lines += ["", f"## Stale entries in equivalent/ ({len(stale)})", ""]
     if not stale:
         lines.append("None.")
     for entry, why in stale:
