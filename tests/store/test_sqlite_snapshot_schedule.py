@@ -1,0 +1,77 @@
+"""A run's snapshot schedule survives what its writer's process does between appends:
+reading the run back (load, list, children) and storing steps its writer folded and
+joined (``FoldedStep.then``) rewrite the snapshot exactly when plain appends would."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from keel.core.state import RunState
+from keel.core.status import RunStatus
+from keel.store.sqlite.runs import SNAPSHOT_EVERY
+from keel.store.sqlite.store import SQLiteStore
+from keel.store.step import fold_step
+from keel.testing.stores import append, make_run, move, tool_step
+
+
+def snapshot_seq(db: Path, run_id: str) -> int:
+    with sqlite3.connect(db) as conn:
+        (text,) = conn.execute("SELECT snapshot FROM runs WHERE id = ?", (run_id,)).fetchone()
+    return int(json.loads(text)["last_seq"])
+
+
+def write_calls(store: SQLiteStore, state: RunState, calls: int, start: int = 0) -> RunState:
+    for i in range(start, start + calls):
+        state, _ = append(store, state, tool_step(f"c{i}", changed_files={f"f{i}.py": "ab" * 32}))
+    return state
+
+
+READS: dict[str, Callable[[SQLiteStore, RunState], object]] = {
+    "load_run": lambda store, child: store.load_run(child.run_id),
+    "list_runs": lambda store, child: store.list_runs(),
+    "child_runs": lambda store, child: store.child_runs(child.parent_id or ""),
+}
+
+
+@pytest.mark.parametrize("read", sorted(READS))
+def test_reading_a_run_keeps_its_snapshot_due_on_time(tmp_path: Path, read: str) -> None:
+    db = tmp_path / "keel.db"
+    store = SQLiteStore(db)
+    try:
+        parent = make_run(store)
+        child = make_run(store, parent_id=parent.run_id)
+        state = write_calls(store, child, SNAPSHOT_EVERY // 2 - 1)  # two events a call
+        READS[read](store, state)
+        assert snapshot_seq(db, child.run_id) == 1  # not yet due
+        state = write_calls(store, state, 1, start=SNAPSHOT_EVERY)
+        assert snapshot_seq(db, child.run_id) == state.last_seq == SNAPSHOT_EVERY + 1
+    finally:
+        store.close()
+
+
+def test_joined_steps_keep_the_snapshot_until_due(tmp_path: Path) -> None:
+    """Two folded steps joined into one store as one step: no status change, so a
+    large state's snapshot stays where it was (its rewrite is not due yet)."""
+    db = tmp_path / "keel.db"
+    store = SQLiteStore(db)
+    try:
+        run = make_run(store, goal="g" * 10_000)
+        now = datetime.now(UTC)
+        first = fold_step(run, tool_step("c1"), now=now)
+        second = fold_step(first.state, tool_step("c2"), now=now)
+        joined = first.then(second)
+        assert joined.base_status is RunStatus.RUNNING
+        state, stored = store.append_folded(run.run_id, joined)
+        assert [e.seq for e in stored] == [2, 3, 4, 5]
+        assert state.to_dict() == second.state.to_dict()
+        assert snapshot_seq(db, run.run_id) == 1
+        state, _ = append(store, state, [move(state, RunStatus.PAUSED, "paused")])
+        assert snapshot_seq(db, run.run_id) == state.last_seq == 6
+    finally:
+        store.close()
