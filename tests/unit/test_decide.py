@@ -28,6 +28,7 @@ from keel.policy.approvals import approval_digest, decide_approval
 from keel.policy.containment import ContainedPolicy
 from keel.policy.plans import plan_digest
 from keel.policy.rules import Policy, Rule
+from keel.tools import Effect, Recovery, ToolRegistry, tool
 from keel.tools.builtin import default_registry
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
@@ -57,6 +58,7 @@ class Run:
             )
         )
         self.turns = 0
+        self.tools = default_registry()  # what the harness was given
         self.gate = Policy()
         self.child_statuses: dict[str, str] = {}  # what the driver reads for a waiting parent
         self.middleware_points: frozenset[str] = frozenset()  # points some middleware is at
@@ -77,7 +79,7 @@ class Run:
 
     def decide(self, now: datetime = NOW) -> Action:
         situation = Situation(
-            catalog=RegistryCatalog(default_registry()),
+            catalog=RegistryCatalog(self.tools),
             gate=self.gate,
             workspace=WORKSPACE,
             now=now,
@@ -954,6 +956,19 @@ def test_a_structured_result_is_kept_with_the_summary_when_no_schema_is_asked_fo
     assert status_event(run.decide())["result"] == {"summary": "done", "output": {"answer": 42}}
 
 
+def test_a_completion_tool_without_a_summary_completes_with_an_empty_summary() -> None:
+    @tool(
+        effect=Effect.STATE, recovery=Recovery.IDEMPOTENT, control=True, name="request_completion"
+    )
+    def finish() -> None:
+        """Finish the task."""
+
+    run = Run()
+    run.tools = ToolRegistry([finish])  # a harness given its own completion tool
+    run.model(("request_completion", {}))
+    assert status_event(run.decide())["result"] == {"summary": ""}
+
+
 ANSWER_SCHEMA = {
     "type": "object",
     "required": ["answer"],
@@ -998,6 +1013,19 @@ def test_a_result_that_does_not_match_the_schema_is_refused_naming_each_problem(
             },
         )
     ]
+
+
+def test_several_schema_problems_are_listed_one_after_another_separated_by_semicolons() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"answer": {"type": "string"}, "count": {"type": "integer"}},
+    }
+    run = Run(options={"output_schema": schema})
+    run.model(("request_completion", {"summary": "done", "output": {"answer": 1, "count": "x"}}))
+    [event] = committed(run.decide())
+    assert event.data["message"] == schema_refusal(
+        "answer: 1 is not of type 'string'; count: 'x' is not of type 'integer'", schema
+    )
 
 
 def test_a_result_matching_the_schema_completes_with_it() -> None:
@@ -1091,6 +1119,32 @@ def test_a_second_question_in_one_turn_is_refused_the_first_is_asked() -> None:
     run.perform()
     action = run.decide()
     assert isinstance(action, RunTool) and action.tool == "read_file"
+
+
+def test_exactly_two_questions_in_one_turn_ask_the_first_and_refuse_the_second() -> None:
+    run = Run()
+    run.model(("ask_user", {"question": "first?"}), ("ask_user", {"question": "second?"}))
+    [refused] = committed(run.decide())
+    assert (refused.type, refused.data["call_id"]) == (EventType.TOOL_FAILED, "c1_1")
+    assert refused.data["error_kind"] == "invalid_turn"
+    run.perform()
+    assert committed(run.decide())[0].data == {"call_id": "c1_0", "question": "first?"}
+
+
+def test_an_unknown_tool_before_a_write_does_not_hide_the_write_from_the_question_rule() -> None:
+    run = Run(mode="auto")
+    run.model(
+        ("no_such_tool", {}),
+        ("ask_user", {"question": "ok?"}),
+        ("write_file", {"path": "a", "content": "x"}),
+    )
+    events = committed(run.decide())
+    assert [(e.data["call_id"], e.data["error_kind"]) for e in events] == [
+        ("c1_0", "invalid_turn"),
+        ("c1_1", "invalid_turn"),
+        ("c1_2", "invalid_turn"),
+    ]
+    assert "(write_file)" in events[0].data["message"]
 
 
 def test_one_question_beside_reads_is_asked_in_the_models_order() -> None:
