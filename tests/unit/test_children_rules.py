@@ -138,6 +138,14 @@ def test_a_child_record_round_trips_and_an_old_one_reads_with_defaults() -> None
     )
 
 
+def test_a_finished_child_record_reads_back_finished() -> None:
+    ended = ChildRecord(
+        call_id="c1", task_id=None, agent="coder", background=False, attempt=1, status="failed"
+    )
+    assert ChildRecord.from_dict(ended.to_dict()).status == "failed"
+    assert not ChildRecord.from_dict(ended.to_dict()).live
+
+
 # --- the rules of a spawn -------------------------------------------------------------------
 
 
@@ -223,6 +231,12 @@ def test_what_the_child_asks_for_within_what_is_left_is_what_it_gets() -> None:
     )
 
 
+def test_a_child_may_ask_for_exactly_what_is_left() -> None:
+    wanted = wanted_only(max_tool_calls=180, max_tokens=7000)
+    carved = carve_budget(parent(usage=USED, live=1), wanted, max_live=4)
+    assert (carved.max_tool_calls, carved.max_tokens) == (180, 7000)
+
+
 def test_a_dimension_the_parent_leaves_unlimited_is_what_the_child_asks() -> None:
     wanted = Budget(max_steps=7, max_tool_calls=None)
     state = parent(max_steps=None, max_tool_calls=None, max_tokens=None, max_cost=None)
@@ -274,6 +288,16 @@ def test_a_spent_dimension_leaves_nothing_to_give() -> None:
     )
 
 
+def test_a_spent_cost_is_told_in_dollars() -> None:
+    state = parent(usage=Usage(cost=0.9), live=1)  # the live child holds the last $0.10
+    with pytest.raises(SpawnRefused) as err:
+        carve_budget(state, None, max_live=4)
+    assert str(err.value) == (
+        "agent_spawn refused: this run has no cost left to give a child (limit $1.0000, used "
+        "$0.9000, held by live children $0.1000)"
+    )
+
+
 def test_less_than_one_token_each_is_nothing_to_give_but_half_a_second_is_time() -> None:
     state = parent(usage=Usage(tokens=8998, wall_seconds=599.5), live=1)  # 1 token left, 3 places
     with pytest.raises(SpawnRefused) as err:
@@ -313,7 +337,15 @@ def test_the_first_five_problems_are_told_in_order_of_where_they_are_then_how_ma
         *(f"f{i}: 'x' is not of type 'integer'" for i in range(5)),
         "and 2 more",
     ]
+    assert output_problems(SCHEMA, {f"f{i}": "x" for i in range(6)})[5:] == ["and 1 more"]
     assert len(output_problems(SCHEMA, {f"f{i}": "x" for i in range(5)})) == 5
+
+
+def test_a_problem_deep_in_the_output_names_its_path() -> None:
+    schema = {"type": "object", "properties": {"items": {"type": "array", "items": SCHEMA}}}
+    assert output_problems(schema, {"items": [{}, {"f3": None}]}) == [
+        "items/1/f3: None is not of type 'integer'"
+    ]
 
 
 def test_a_problem_with_the_whole_output_says_so_and_a_long_message_is_cut() -> None:
@@ -325,3 +357,5 @@ def test_a_problem_with_the_whole_output_says_so_and_a_long_message_is_cut() -> 
     assert len(long) == len("(the whole output): ") + 300 and long.endswith("…")
     [short] = output_problems({"type": "object"}, ["y" * 272])  # a message of exactly 300
     assert len(short) == len("(the whole output): ") + 300 and not short.endswith("…")
+    [cut] = output_problems({"type": "object"}, ["y" * 273])  # one past it
+    assert len(cut) == len("(the whole output): ") + 300 and cut.endswith("…")
