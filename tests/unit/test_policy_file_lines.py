@@ -272,6 +272,15 @@ def test_a_missing_policy_file_is_named(tmp_path: Path) -> None:
         ),
         ("protected = []\nrule = 3\n", "{path}:2: 'rule' must be written as [[rule]] tables"),
         ("rule = [3]\n", "{path}:1: rule 1: a rule must be a table"),
+        (  # rules written inline: each key points at the line of ``rule =``
+            '# team rules\nrule = [{ action = "maybe", tool = "x" }]\n',
+            "{path}:2: rule 1: action must be one of allow, ask, deny, not 'maybe'",
+        ),
+        (  # a key the line scanner cannot read points at its rule's header
+            '[[rule]]\naction = "deny"\n"two words" = 1\n',
+            "{path}:1: rule 1: unknown key 'two words'; allowed keys: action, tool, argv, path, "
+            "reason",
+        ),
         (
             '[[rule]]\naction = "deny"\ntool = "a"\n\n[[rule]]\naction = "deny"\ncolour = 1\n',
             "{path}:7: rule 2: unknown key 'colour'; allowed keys: action, tool, argv, path, "

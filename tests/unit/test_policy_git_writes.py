@@ -77,11 +77,14 @@ def test_each_writing_option_of_tag_is_a_write_even_without_a_name(option: str) 
         ("tag",),
         ("tag", "--contains", "HEAD"),
         ("tag", "-l", "v1.*"),
+        ("tag", "--sort", "version:refname"),  # an option's value is not a tag name
+        ("tag", "--format", "%(refname:short)"),
         ("config", "user.name"),
         ("config", "-f", "x.cfg", "user.name"),
         ("config", "--file", "x.cfg", "--type", "bool", "core.bare"),
         ("config", "get", "user.name"),
         ("config", "list"),
+        ("config", "list", "user.name"),  # ``list`` never writes, whatever follows it
         ("config", "--get", "user.name", "^B"),
         ("config", "--list", "--show-origin"),
         ("remote",),
