@@ -222,6 +222,13 @@ def test_a_summed_cost_never_carries_float_noise_past_ten_decimal_places(
         assert round(usage.cost, 10) == usage.cost
 
 
+def test_each_way_of_adding_a_cost_rounds_it_to_ten_decimal_places() -> None:
+    cost = 0.123456789012345  # a price per token times a count, with float noise
+    assert Usage().add(cost=cost).cost == 0.123456789
+    assert Usage().add_turn({}, cost).cost == 0.123456789
+    assert Usage().absorb({"cost": cost}).cost == 0.123456789
+
+
 def test_a_child_run_adds_its_tokens_of_every_kind_and_its_cost_but_not_its_steps() -> None:
     child = {
         "steps": 7,
