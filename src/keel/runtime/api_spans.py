@@ -7,7 +7,7 @@ exporters apply. Needs the ``keel-harness[otel]`` extra (opentelemetry-api).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from opentelemetry import trace
@@ -44,6 +44,7 @@ class ApiWriter:
         attributes: dict[str, Any],
         start: int | None,
         links: Sequence[SpanIds] = (),
+        fixed: Mapping[str, Any] | None = None,
     ) -> Span:
         if parent is None:
             context = None  # the caller's current span, if it has one
@@ -56,10 +57,25 @@ class ApiWriter:
             name,
             context=context,
             kind=_KINDS[kind],
-            attributes=attributes,
+            attributes={**fixed, **attributes} if fixed else attributes,
             links=[_link(ids) for ids in links],
             start_time=start,
         )
+
+    def record(
+        self,
+        name: str,
+        parent: Span,
+        *,
+        kind: str,
+        fixed: Mapping[str, Any],
+        attributes: dict[str, Any],
+        start: int,
+        end: int,
+        error: str | None = None,
+    ) -> None:
+        span = self.open(name, parent, kind=kind, attributes=attributes, start=start, fixed=fixed)
+        self.close(span, end, error=error)
 
     def close(
         self,

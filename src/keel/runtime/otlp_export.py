@@ -33,6 +33,7 @@ import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 from urllib.parse import unquote
 
@@ -47,6 +48,7 @@ RETRY_STATUS = frozenset({429, 502, 503, 504})
 KIND_INTERNAL, KIND_CLIENT = 1, 3  # opentelemetry.proto.trace.v1.Span.SpanKind
 STATUS_ERROR = 2  # opentelemetry.proto.trace.v1.Status.StatusCode
 _CACHE_LIMIT = 8192  # encoded attributes kept
+NO_ATTRIBUTES: Mapping[str, Any] = MappingProxyType({})
 
 
 @dataclass(slots=True, kw_only=True)
@@ -61,6 +63,7 @@ class SpanRecord:
     start: int = 0
     end: int = 0
     attributes: dict[str, Any] = field(default_factory=dict)
+    fixed: Mapping[str, Any] = field(default_factory=lambda: NO_ATTRIBUTES)  # repeating ones
     events: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)
     links: Sequence[tuple[int, int]] = ()
     error: str | None = None  # the status message of a span that ended in error
@@ -158,6 +161,25 @@ def _attributes(number: int, attributes: Mapping[str, Any]) -> bytes:
     )
 
 
+# The encoding of attribute sets that repeat span to span (``fixed``: the same mapping
+# object each time, never changed), by the mapping's id; the mapping is kept with its
+# bytes so its id cannot be reused by another while it is here.
+_fixed: dict[int, tuple[Mapping[str, Any], bytes]] = {}
+
+
+def _fixed_attributes(attributes: Mapping[str, Any]) -> bytes:
+    if not attributes:
+        return b""
+    found = _fixed.get(id(attributes))
+    if found is not None and found[0] is attributes:
+        return found[1]
+    encoded = _attributes(9, attributes)
+    if len(_fixed) >= _CACHE_LIMIT:
+        _fixed.clear()
+    _fixed[id(attributes)] = (attributes, encoded)
+    return encoded
+
+
 _names: dict[str, bytes] = {}
 
 
@@ -173,32 +195,72 @@ def _name_field(name: str) -> bytes:
 
 def encode_span(span: SpanRecord) -> bytes:
     """One ``opentelemetry.proto.trace.v1.Span`` message."""
+    return encode_span_of(
+        span.trace_id,
+        span.span_id,
+        span.parent_id,
+        span.name,
+        span.kind,
+        span.start,
+        span.end,
+        span.fixed,
+        span.attributes,
+        span.events,
+        span.links,
+        span.error,
+    )
+
+
+def encode_span_of(
+    trace_id: int,
+    span_id: int,
+    parent_id: int,
+    name: str,
+    kind: int,
+    start: int,
+    end: int,
+    fixed: Mapping[str, Any],
+    attributes: Mapping[str, Any],
+    events: Sequence[tuple[int, str, dict[str, Any]]] = (),
+    links: Sequence[tuple[int, int]] = (),
+    error: str | None = None,
+) -> bytes:
+    """One ``Span`` message from its parts (``fixed``: attributes kept encoded, see
+    ``_fixed_attributes``; an attribute in both is sent once, as ``attributes`` has it)."""
+    if fixed and attributes and not fixed.keys().isdisjoint(attributes):
+        fixed, attributes = NO_ATTRIBUTES, {**fixed, **attributes}
     parts = [
         b"\x0a\x10",
-        span.trace_id.to_bytes(16, "big"),
+        trace_id.to_bytes(16, "big"),
         b"\x12\x08",
-        span.span_id.to_bytes(8, "big"),
+        span_id.to_bytes(8, "big"),
     ]
-    if span.parent_id:
-        parts += [b"\x22\x08", span.parent_id.to_bytes(8, "big")]
+    if parent_id:
+        parts += [b"\x22\x08", parent_id.to_bytes(8, "big")]
     parts += [
-        _name_field(span.name),
+        _name_field(name),
         b"\x30",
-        _SMALL[span.kind],
+        _SMALL[kind],
         b"\x39",
-        _FIXED64(span.start),
+        _FIXED64(start),
         b"\x41",
-        _FIXED64(span.end),
-        _attributes(9, span.attributes),
+        _FIXED64(end),
+        _fixed_attributes(fixed),
+        _attributes(9, attributes),
     ]
-    for at, name, attributes in span.events:
-        event = b"\x09" + _FIXED64(at) + _field(2, name.encode()) + _attributes(3, attributes)
+    for at, event_name, event_attributes in events:
+        event = (
+            b"\x09"
+            + _FIXED64(at)
+            + _field(2, event_name.encode())
+            + _attributes(3, event_attributes)
+        )
         parts.append(_field(11, event))
-    for trace_id, span_id in span.links:
-        link = _field(1, trace_id.to_bytes(16, "big")) + _field(2, span_id.to_bytes(8, "big"))
+    for link_trace, link_span in links:
+        link = _field(1, link_trace.to_bytes(16, "big")) + _field(2, link_span.to_bytes(8, "big"))
         parts.append(_field(13, link))
-    if span.error is not None:
-        status = _field(2, span.error.encode("utf-8", "replace")) + b"\x18" + _varint(STATUS_ERROR)
+    if error is not None:
+        status = _field(2, error.encode("utf-8", "replace")) + b"\x18" + _varint(STATUS_ERROR)
         parts.append(_field(15, status))
     return b"".join(parts)
 
@@ -318,11 +380,15 @@ class OtlpExporter:
         It is encoded here, in the caller's thread: the sending thread then holds the
         interpreter only to join the bytes and post them, so it does not keep the
         driver waiting for the GIL after every store commit."""
+        self.export_encoded(encode_span(span))
+
+    def export_encoded(self, span: bytes) -> None:
+        """Queue a span ``encode_span`` encoded (dropped when ``MAX_QUEUE`` are waiting)."""
         queued = self._queue
         if len(queued) >= MAX_QUEUE:
             self.dropped += 1
             return
-        queued.append(span_field(span))
+        queued.append(_field(2, span))
         if len(queued) >= BATCH:
             self._wake.set()
 
@@ -401,6 +467,7 @@ class OtlpWriter:
         attributes: dict[str, Any],
         start: int | None,
         links: Sequence[tuple[int, int]] = (),
+        fixed: Mapping[str, Any] = NO_ATTRIBUTES,
     ) -> SpanRecord:
         if parent is None:
             trace_id, parent_id = new_trace_id(), 0
@@ -416,7 +483,37 @@ class OtlpWriter:
             kind=KIND_CLIENT if kind == "client" else KIND_INTERNAL,
             start=time.time_ns() if start is None else start,
             attributes=attributes,
+            fixed=fixed,
             links=links,
+        )
+
+    def record(
+        self,
+        name: str,
+        parent: SpanRecord,
+        *,
+        kind: str,
+        fixed: Mapping[str, Any],
+        attributes: dict[str, Any],
+        start: int,
+        end: int,
+        error: str | None = None,
+    ) -> None:
+        """A span under ``parent`` (one this writer opened) that started and ended at
+        the times given: encoded and queued at once, with no record made."""
+        self.exporter.export_encoded(
+            encode_span_of(
+                parent.trace_id,
+                new_span_id(),
+                parent.span_id,
+                name,
+                KIND_CLIENT if kind == "client" else KIND_INTERNAL,
+                start,
+                end,
+                fixed,
+                attributes,
+                error=error,
+            )
         )
 
     def close(

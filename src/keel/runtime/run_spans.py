@@ -28,7 +28,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Protocol
@@ -70,10 +70,27 @@ class SpanWriter(Protocol):
         attributes: dict[str, Any],
         start: int | None,
         links: Sequence[SpanIds] = (),
+        fixed: Mapping[str, Any] = ...,
     ) -> Any:
         """A span started at ``start`` (None: now) under ``parent``: a handle ``open``
         returned, the ids of a span elsewhere, or None (a new trace, or the caller's
-        current span)."""
+        current span). ``fixed``: more attributes, a mapping passed again unchanged for
+        span after span (a writer may keep its encoding)."""
+
+    def record(
+        self,
+        name: str,
+        parent: Any,
+        *,
+        kind: str,
+        fixed: Mapping[str, Any],
+        attributes: dict[str, Any],
+        start: int,
+        end: int,
+        error: str | None = None,
+    ) -> None:
+        """A span under ``parent`` (a handle ``open`` returned) whose start and end are
+        both known: opened and closed at once."""
 
     def close(
         self,
@@ -116,6 +133,7 @@ class RunTracer:
         self._model_spec = ""  # the latest model_requested's model
         self._started: dict[str, tuple[int, str]] = {}  # call id -> (start ns, effect)
         self._verifying: int | None = None  # when the open verification started (ns)
+        self._fixed: dict[tuple[str, str], dict[str, Any]] = {}  # (tool or chat, ...) -> fixed
         self._broken = False
         self._handlers: dict[EventType, Callable[[Event, int], None]] = {
             EventType.MODEL_REQUESTED: self._model_requested,
@@ -260,13 +278,9 @@ class RunTracer:
         step = d.get("step")
         step = step if isinstance(step, int) else self._step_no + 1
         self._enter_step(step, start)
-        provider, model = model_names(self._model_spec or self._state.options.model or "")
+        fixed = self._chat_attributes(self._model_spec or self._state.options.model or "")
         usage = d.get("usage") or {}
         attributes: dict[str, Any] = {
-            "gen_ai.operation.name": "chat",
-            "gen_ai.provider.name": provider,
-            "gen_ai.request.model": model,
-            "gen_ai.conversation.id": self.run_id,
             "gen_ai.usage.input_tokens": _count(usage.get("input_tokens")),
             "gen_ai.usage.output_tokens": _count(usage.get("output_tokens")),
             "keel.cost_usd": float(d.get("cost") or 0.0),
@@ -285,12 +299,45 @@ class RunTracer:
         if finish in ("content_filter", "refusal"):
             attributes["error.type"] = str(finish)
             failure = f"the provider declined ({finish})"
-        writer = self._writer
-        span = writer.open(
-            f"chat {model}", self._step, kind="client", attributes=attributes, start=start
+        self._writer.record(
+            f"chat {fixed['gen_ai.request.model']}",
+            self._step,
+            kind="client",
+            fixed=fixed,
+            attributes=attributes,
+            start=start,
+            end=at,
+            error=failure,
         )
-        writer.close(span, at, error=failure)
         self._model_spec = ""
+
+    def _chat_attributes(self, spec: str) -> Mapping[str, Any]:
+        """The attributes every chat span of model ``spec`` in this run has (one mapping
+        per model, passed as ``fixed``)."""
+        found = self._fixed.get(("chat", spec))
+        if found is None:
+            provider, model = model_names(spec)
+            found = self._fixed[("chat", spec)] = {
+                "gen_ai.operation.name": "chat",
+                "gen_ai.provider.name": provider,
+                "gen_ai.request.model": model,
+                "gen_ai.conversation.id": self.run_id,
+            }
+        return found
+
+    def _tool_attributes(self, tool: str, effect: str) -> Mapping[str, Any]:
+        """The attributes every span of ``tool`` with ``effect`` has (``fixed``)."""
+        found = self._fixed.get((tool, effect))
+        if found is None:
+            found = {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": tool,
+                "gen_ai.tool.type": "extension" if tool.startswith("mcp__") else "function",
+            }
+            if effect:
+                found["keel.tool.effect"] = effect
+            self._fixed[(tool, effect)] = found
+        return found
 
     def _tool_started(self, event: Event, at: int) -> None:
         d = event.data
@@ -304,23 +351,21 @@ class RunTracer:
         if self._step is None:  # a resumed drive finishing the calls of an earlier turn
             self._enter_step(self._state.usage.steps or 1, start)
         tool = str(d.get("tool") or "?")
-        attributes: dict[str, Any] = {
-            "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": tool,
-            "gen_ai.tool.call.id": call_id,
-            "gen_ai.tool.type": "extension" if tool.startswith("mcp__") else "function",
-        }
-        if started is not None and started[1]:
-            attributes["keel.tool.effect"] = started[1]
+        attributes: dict[str, Any] = {"gen_ai.tool.call.id": call_id}
         failure = None
         if event.type is EventType.TOOL_FAILED:
             attributes["error.type"] = str(d.get("error_kind") or "_OTHER")
             failure = _short(str(d.get("message") or ""))
-        writer = self._writer
-        span = writer.open(
-            f"execute_tool {tool}", self._step, kind="internal", attributes=attributes, start=start
+        self._writer.record(
+            f"execute_tool {tool}",
+            self._step,
+            kind="internal",
+            fixed=self._tool_attributes(tool, started[1] if started is not None else ""),
+            attributes=attributes,
+            start=start,
+            end=at,
+            error=failure,
         )
-        writer.close(span, at, error=failure)
 
     def _verification_started(self, event: Event, at: int) -> None:
         self._verifying = at
