@@ -6,8 +6,11 @@ to a receiver in another process on loopback (it keeps the bodies and decodes th
 when asked how many spans came: nothing is dropped). Off: no variable, so no provider
 and no run tracer are made. Runs on and off alternate (ABAB...) so drift on a shared
 machine hits both alike; each timed run includes sending what is still queued at its
-end. The report gives each side's median and best ms per step by the wall clock and by
-CPU time (the export thread's included), and the added microseconds per step.
+end. The report gives each side's median and best ms per step by the wall clock, by the
+process's CPU time (the export thread's included) and by the driving thread's CPU time
+alone, the added microseconds per step (difference of medians, of bests, and the median
+of each on run's difference from the off run before it), and the export thread's own CPU
+time per step.
 
 A whole step costs about 0.5 ms and varies run to run by ±50 us, as much as the target,
 so the report also times the tracer alone (``tracer_only``): a real step's three stored
@@ -31,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -42,6 +46,7 @@ from loop import StepModel, bench_registry  # bench/loop.py, beside this script
 
 from keel.core.budget import Budget
 from keel.core.events import EventType
+from keel.runtime import tracing as tracing_module
 from keel.runtime.harness import Harness
 from keel.runtime.tracing import Tracing, process_exporter
 
@@ -116,9 +121,32 @@ def tracing_on(endpoint: str | None) -> None:
         os.environ[ENDPOINT_VARIABLE] = endpoint
 
 
-def timed_run(steps: int, folder: Path, endpoint: str | None) -> tuple[float, float]:
-    """Wall and CPU ms per step of one N-step run on a fresh SQLite file, traced to
-    ``endpoint`` (None: not traced), sending what is queued at its end included."""
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """One run's ms per step: by the wall clock, the process's CPU time, the driving
+    thread's CPU time and the export thread's (0 untraced)."""
+
+    wall: float
+    cpu: float
+    driver_cpu: float
+    export_cpu: float
+
+
+def thread_cpu_s(thread: threading.Thread | None) -> float:
+    """CPU seconds ``thread`` has used so far (0 when there is none)."""
+    if thread is None or thread.ident is None:
+        return 0.0
+    return time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+
+
+def export_thread() -> threading.Thread | None:
+    exporter = tracing_module._process_exporter
+    return None if exporter is None else exporter._thread
+
+
+def timed_run(steps: int, folder: Path, endpoint: str | None) -> Timing:
+    """One N-step run on a fresh SQLite file, traced to ``endpoint`` (None: not traced),
+    sending what is queued at its end included."""
     folder.mkdir(parents=True, exist_ok=True)
     tracing_on(endpoint)
     try:
@@ -131,14 +159,23 @@ def timed_run(steps: int, folder: Path, endpoint: str | None) -> tuple[float, fl
     with harness:
         budget = Budget(max_steps=2 * steps + 10, max_tool_calls=2 * steps + 10)
         gc.collect()
-        started, cpu = time.perf_counter(), time.process_time()
+        exporting = export_thread() if endpoint is not None else None
+        export_cpu = thread_cpu_s(exporting)
+        started, cpu, driver_cpu = time.perf_counter(), time.process_time(), time.thread_time()
         outcome = harness.run("benchmark", cwd=folder, budget=budget)
         if harness.tracing is not None:
             harness.tracing.flush()
         elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+        driver_cpu = time.thread_time() - driver_cpu
+        if endpoint is not None:
+            exporting = exporting or export_thread()  # made by the first traced run
+            export_cpu = thread_cpu_s(exporting) - (export_cpu if exporting else 0.0)
+        else:
+            export_cpu = 0.0
         assert outcome.status.value == "completed", outcome.stop_reason
         assert outcome.state.usage.tool_calls == steps
-    return elapsed / steps * 1000, cpu / steps * 1000
+    per_step = 1000 / steps
+    return Timing(elapsed * per_step, cpu * per_step, driver_cpu * per_step, export_cpu * per_step)
 
 
 def measure(steps: int = 1000, repeat: int = 7) -> dict[str, Any]:
@@ -147,8 +184,8 @@ def measure(steps: int = 1000, repeat: int = 7) -> dict[str, Any]:
         timed_run(50, root / "warm-off", None)  # the same warm-up for both sides
         timed_run(50, root / "warm-on", url)
         before = spans_received(url)
-        off: list[tuple[float, float]] = []
-        on: list[tuple[float, float]] = []
+        off: list[Timing] = []
+        on: list[Timing] = []
         for i in range(repeat):
             off.append(timed_run(steps, root / f"off-{i}", None))
             on.append(timed_run(steps, root / f"on-{i}", url))
@@ -162,9 +199,13 @@ def measure(steps: int = 1000, repeat: int = 7) -> dict[str, Any]:
         # verification and the run span
         "spans_per_traced_run": {"expected": 3 * steps + 4, "received": received // repeat},
     }
-    for i, clock in enumerate(("wall", "cpu")):
-        untraced = [t[i] for t in off]
-        traced = [t[i] for t in on]
+    for clock in ("wall", "cpu", "driver_cpu"):
+        untraced = [getattr(t, clock) for t in off]
+        traced = [getattr(t, clock) for t in on]
+        # Runs alternate off/on, so each on run is paired with the off run before it:
+        # the median of those differences is less moved by drift than a difference of
+        # medians (both are given).
+        paired = [(b - a) * 1e3 for a, b in zip(untraced, traced, strict=True)]
         report[clock] = {
             "off_ms_per_step": {
                 "median": _r(statistics.median(untraced)),
@@ -174,8 +215,14 @@ def measure(steps: int = 1000, repeat: int = 7) -> dict[str, Any]:
             "added_us_per_step": {
                 "median": round((statistics.median(traced) - statistics.median(untraced)) * 1e3, 1),
                 "best": round((min(traced) - min(untraced)) * 1000, 1),
+                "median_of_pairs": round(statistics.median(paired), 1),
             },
         }
+    exports = [t.export_cpu * 1e3 for t in on]
+    report["export_thread_cpu_us_per_step"] = {
+        "median": round(statistics.median(exports), 1),
+        "best": round(min(exports), 1),
+    }
     report["tracer_only"] = only
     return report
 
