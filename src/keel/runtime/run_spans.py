@@ -133,7 +133,7 @@ class RunTracer:
         self._model_spec = ""  # the latest model_requested's model
         self._started: dict[str, tuple[int, str]] = {}  # call id -> (start ns, effect)
         self._verifying: int | None = None  # when the open verification started (ns)
-        self._fixed: dict[tuple[str, str], dict[str, Any]] = {}  # (tool or chat, ...) -> fixed
+        self._fixed: dict[tuple[str, ...], dict[str, Any]] = {}  # ("chat", spec), ("tool", ...)
         self._broken = False
         self._handlers: dict[EventType, Callable[[Event, int], None]] = {
             EventType.MODEL_REQUESTED: self._model_requested,
@@ -327,7 +327,7 @@ class RunTracer:
 
     def _tool_attributes(self, tool: str, effect: str) -> Mapping[str, Any]:
         """The attributes every span of ``tool`` with ``effect`` has (``fixed``)."""
-        found = self._fixed.get((tool, effect))
+        found = self._fixed.get(("tool", tool, effect))
         if found is None:
             found = {
                 "gen_ai.operation.name": "execute_tool",
@@ -336,7 +336,7 @@ class RunTracer:
             }
             if effect:
                 found["keel.tool.effect"] = effect
-            self._fixed[(tool, effect)] = found
+            self._fixed[("tool", tool, effect)] = found
         return found
 
     def _tool_started(self, event: Event, at: int) -> None:
