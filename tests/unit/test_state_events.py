@@ -325,8 +325,9 @@ def test_a_child_failing_under_each_policy_marks_what_the_parent_does_next() -> 
     assert escalate.child_failure is None and escalate.usage.cost == 0.5
     best_effort = finished_child("best_effort")
     assert (best_effort.child_failure, best_effort.escalation) == (None, None)
-    assert best_effort.children["run_kid"].status == "failed"
     assert best_effort.usage == Usage(tokens=5, cost=0.5)
+    for ended in (fail_fast, escalate, best_effort):
+        assert ended.children["run_kid"].status == "failed"
 
 
 def test_the_end_of_a_child_twice_changes_nothing_the_second_time() -> None:
