@@ -191,3 +191,18 @@ def test_the_regularized_beta_is_zero_and_one_at_the_ends(a: float, b: float) ->
     assert regularized_beta(-0.5, a, b) == 0.0
     assert regularized_beta(1, a, b) == 1.0
     assert regularized_beta(1.5, a, b) == 1.0
+
+
+@pytest.mark.parametrize("t", [-1e6, -1000, -30, -3, -0.5, 0.5, 3, 30, 1000, 1e6])
+def test_the_t_cdf_matches_its_closed_forms_for_one_and_two_degrees_of_freedom(t: float) -> None:
+    assert student_t_cdf(t, 1) == pytest.approx(0.5 + math.atan(t) / math.pi, abs=1e-13)
+    assert student_t_cdf(t, 2) == pytest.approx(0.5 + t / (2 * math.sqrt(2 + t * t)), abs=1e-13)
+
+
+@pytest.mark.parametrize("x", [1e-12, 1e-6, 0.01, 0.3, 0.7, 0.99])
+@pytest.mark.parametrize("shape", [0.05, 0.5, 2, 30, 400])
+def test_the_regularized_beta_matches_its_closed_forms_when_a_or_b_is_one(
+    x: float, shape: float
+) -> None:
+    assert regularized_beta(x, shape, 1) == pytest.approx(x**shape, abs=1e-13)
+    assert regularized_beta(x, 1, shape) == pytest.approx(1 - (1 - x) ** shape, abs=1e-13)
