@@ -85,6 +85,14 @@ SYSTEM = "program may run commands (system() or a pipe)"
         (["-e", '{ system("x") }'], SYSTEM),
         (["--source", '{ system("x") }'], SYSTEM),
         (["-e", "{ print }", "system.log"], None),  # a data file's name is no program
+        (["-e", "{ print }", "-e", '{ system("x") }'], SYSTEM),  # every -e program is run
+        (["--source", "{ print }", "--source", '{ system("x") }'], SYSTEM),
+        (["-F", ",", "-e", '{ system("x") }'], SYSTEM),
+        (["-v", "a=1", "-e", '{ system("x") }'], SYSTEM),
+        (["--posix", "-F", ",", '{ system("x") }'], SYSTEM),
+        (["-v", "a=1", "--posix", '{ system("x") }'], SYSTEM),
+        (["-v", "a=1", "--", '{ system("x") }'], SYSTEM),
+        (["--", '-1 == $1 { system("x") }'], SYSTEM),  # after --, a program may start with -
         (["-e"], None),
         (["-x", '{ system("x") }'], SYSTEM),
         (["--", '{ system("x") }'], SYSTEM),
