@@ -434,6 +434,16 @@ def test_a_signoff_asked_for_waits_for_that_person_with_the_commands_records() -
     assert log.add(EventType.SIGNOFF_REQUESTED, verifier="x").validations == state.validations
 
 
+def test_a_persons_signoff_ends_the_wait_for_it() -> None:
+    log = Log(signoffs=("security",))
+    log.add(EventType.SIGNOFF_REQUESTED, verifier="security")
+    state = log.add(
+        EventType.SIGNOFF_RECORDED, verifier="security", passed=True, mutation_revision=0
+    )
+    assert state.pending is None
+    assert state.verification_gaps() == []
+
+
 @pytest.mark.parametrize("passed", [True, False])
 def test_a_signoff_is_recorded_as_the_persons_verdict_on_a_revision(passed: bool) -> None:
     log = Log()
