@@ -206,3 +206,12 @@ def test_the_regularized_beta_matches_its_closed_forms_when_a_or_b_is_one(
 ) -> None:
     assert regularized_beta(x, shape, 1) == pytest.approx(x**shape, abs=1e-13)
     assert regularized_beta(x, 1, shape) == pytest.approx(1 - (1 - x) ** shape, abs=1e-13)
+
+
+@pytest.mark.parametrize(("successes", "trials"), [(4, 3), (101, 100), (-1, 5), (0, -1)])
+def test_a_pass_rate_outside_its_counts_is_refused_quoting_them(
+    successes: int, trials: int
+) -> None:
+    message = rf"^need 0 <= successes <= trials, got {successes}/{trials}$"
+    with pytest.raises(ValueError, match=message):
+        wilson(successes, trials)
