@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from keel.core.events import EventType, NewEvent
 from keel.core.state import RunState
 from keel.core.status import RunStatus
 from keel.store.sqlite.runs import SNAPSHOT_EVERY
 from keel.store.sqlite.store import SQLiteStore
-from keel.store.step import fold_step
+from keel.store.step import dump_json, fold_step
 from keel.testing.stores import append, make_run, move, tool_step
 
 
@@ -73,5 +74,37 @@ def test_joined_steps_keep_the_snapshot_until_due(tmp_path: Path) -> None:
         assert snapshot_seq(db, run.run_id) == 1
         state, _ = append(store, state, [move(state, RunStatus.PAUSED, "paused")])
         assert snapshot_seq(db, run.run_id) == state.last_seq == 6
+    finally:
+        store.close()
+
+
+def notes_of_total_text(count: int, total: int) -> list[NewEvent]:
+    """``count`` notes whose stored JSON texts add up to exactly ``total`` characters."""
+    frame = len(dump_json({"text": ""}))
+    spare = total - count * frame
+    assert spare >= count
+    sizes = [spare // count] * count
+    sizes[0] += spare - sum(sizes)
+    return [NewEvent(type=EventType.NOTE_ADDED, data={"text": "n" * size}) for size in sizes]
+
+
+@pytest.mark.parametrize(("short", "rewritten"), [(0, True), (1, False)])
+def test_a_snapshot_is_due_once_the_text_after_it_reaches_its_size(
+    tmp_path: Path, short: int, rewritten: bool
+) -> None:
+    """Exactly as much event text after the snapshot as the snapshot holds makes it due;
+    one character less does not (with enough events after it either way)."""
+    db = tmp_path / "keel.db"
+    store = SQLiteStore(db)
+    try:
+        run = make_run(store)
+        with sqlite3.connect(db) as conn:
+            (first,) = conn.execute("SELECT snapshot FROM runs").fetchone()
+        notes = notes_of_total_text(SNAPSHOT_EVERY - 1, len(first) - short)
+        state, _ = append(store, run, notes)
+        assert snapshot_seq(db, run.run_id) == 1
+        state, _ = append(store, state, [NewEvent(type=EventType.NOTE_ADDED, data={"text": "x"})])
+        assert state.last_seq == SNAPSHOT_EVERY + 1
+        assert snapshot_seq(db, run.run_id) == (state.last_seq if rewritten else 1)
     finally:
         store.close()
