@@ -1,7 +1,7 @@
 """Folding one event (keel.core.state.RunState.apply): events arrive in sequence, and
 every event, even one that changes nothing else, moves the state to its position (seq,
 chain hash, time) and counts its elapsed time, leaving the state it was applied to as
-it was."""
+it was. The first event, run_created, sets what the run is."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 
 from keel.core.events import Event, EventType
+from keel.core.records import RunOptions
 from keel.core.state import RunState
+from keel.core.status import RunStatus
 
 CREATED_AT = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 LATER = datetime(2026, 3, 1, 12, 5, tzinfo=UTC)
@@ -64,3 +66,36 @@ def test_every_event_moves_the_state_to_its_position_and_counts_its_time(
 def test_an_event_without_elapsed_time_adds_none() -> None:
     after = created().apply(event(2, EventType.RUN_RESUMED))
     assert after.usage.wall_seconds == 0.5
+
+
+def test_run_created_sets_what_the_run_is() -> None:
+    options = RunOptions(mode="plan", verify=("pytest",))
+    state = RunState(run_id="run_1").apply(
+        event(
+            1,
+            EventType.RUN_CREATED,
+            parent_id="run_0",
+            goal="fix it",
+            workspace="/ws",
+            options=options.to_dict(),
+            status="queued",
+            task_id="task_1",
+        )
+    )
+    assert (state.parent_id, state.goal, state.workspace, state.task_id) == (
+        "run_0",
+        "fix it",
+        "/ws",
+        "task_1",
+    )
+    assert (state.options, state.status, state.mode) == (options, RunStatus.QUEUED, "plan")
+
+
+def test_a_bare_run_created_reads_the_defaults() -> None:
+    state = RunState(run_id="run_1").apply(event(1, EventType.RUN_CREATED))
+    assert (state.parent_id, state.goal, state.workspace, state.task_id) == (None, "", "", None)
+    assert (state.options, state.status, state.mode) == (
+        RunOptions.from_dict({}),
+        RunStatus.RUNNING,
+        "edit",
+    )
