@@ -95,6 +95,7 @@ def test_junit_has_a_testsuite_per_configuration_and_failures_carry_the_stop_rea
     assert root.tag == "testsuites" and root.get("tests") == "3" and root.get("failures") == "1"
     suites = root.findall("testsuite")
     assert [s.get("name") for s in suites] == ["s.a", "s.b"]
+    assert [(s.get("tests"), s.get("failures")) for s in suites] == [("2", "1"), ("1", "0")]
     cases = suites[0].findall("testcase")
     assert [c.get("name") for c in cases] == ["fix #1", "fix #2"]
     assert cases[0].find("failure") is None

@@ -255,6 +255,12 @@ def test_a_file_model_is_joined_to_the_suites_folder_unless_absolute() -> None:
         ("dir/x:y", f"{BASE}/dir/x:y"),
         ("user@host:org/app.git", "user@host:org/app.git"),
         ("file://x/app@v1", "file://x/app@v1"),
+        # the path is joined without the ref, so a slash before the ref is dropped
+        ("repos/app/@main", f"{BASE}/repos/app@main"),
+        ("mirrors/app@2024/@v2", f"{BASE}/mirrors/app@2024@v2"),
+        ("repos/app/@/x", f"{BASE}/repos/app/@/x"),  # "/x" is no ref: the path is kept
+        ("git@host:org/app:v1.git", "git@host:org/app:v1.git"),  # the host is before the 1st :
+        ("x://mirror/app.git", "x://mirror/app.git"),  # any scheme://, even one letter long
     ],
 )
 def test_which_git_sources_are_local_paths(source: str, joined: str) -> None:

@@ -161,3 +161,19 @@ def test_empty_instructions_are_refused_naming_the_line_after_the_front_matter()
         b"---\nname: demo\ndescription: d\n---\n \n\n",
         f"{SOURCE}:5: the instructions after the front matter are empty",
     )
+
+
+def test_a_control_character_in_the_front_matter_is_refused_naming_its_line() -> None:
+    # YAML's reader refuses it before parsing, with no mark and no problem of its own.
+    refused(
+        b"---\nname: de\x01mo\ndescription: d\n---\nx\n",
+        f"{SOURCE}:2: the front matter is not valid YAML: unacceptable character #x0001: "
+        'special characters are not allowed\n  in "<unicode string>", position 8',
+    )
+
+
+def test_empty_front_matter_is_not_a_mapping() -> None:
+    refused(
+        b"---\n---\nx\n",
+        f"{SOURCE}:2: the front matter must be a mapping (name, description)",
+    )
