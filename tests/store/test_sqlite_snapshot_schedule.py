@@ -15,7 +15,7 @@ import pytest
 from keel.core.events import EventType, NewEvent
 from keel.core.state import RunState
 from keel.core.status import RunStatus
-from keel.store.sqlite.runs import SNAPSHOT_EVERY
+from keel.store.sqlite.runs import SNAPSHOT_EVERY, STATE_CACHE_SIZE
 from keel.store.sqlite.store import SQLiteStore
 from keel.store.step import dump_json, fold_step
 from keel.testing.stores import append, make_run, move, tool_step
@@ -106,5 +106,35 @@ def test_a_snapshot_is_due_once_the_text_after_it_reaches_its_size(
         state, _ = append(store, state, [NewEvent(type=EventType.NOTE_ADDED, data={"text": "x"})])
         assert state.last_seq == SNAPSHOT_EVERY + 1
         assert snapshot_seq(db, run.run_id) == (state.last_seq if rewritten else 1)
+    finally:
+        store.close()
+
+
+def test_the_states_of_the_last_cache_size_runs_touched_stay_remembered(tmp_path: Path) -> None:
+    """A run among the ``STATE_CACHE_SIZE`` runs its process touched last keeps its
+    place in the snapshot schedule: the text after its snapshot is still counted."""
+    db = tmp_path / "keel.db"
+    store = SQLiteStore(db)
+    try:
+        run = make_run(store)
+        state = write_calls(store, run, SNAPSHOT_EVERY // 2 - 1)
+        for _ in range(STATE_CACHE_SIZE - 1):
+            make_run(store)
+        state = write_calls(store, state, 1, start=SNAPSHOT_EVERY)
+        assert snapshot_seq(db, run.run_id) == state.last_seq == SNAPSHOT_EVERY + 1
+    finally:
+        store.close()
+
+
+def test_the_run_written_last_stays_remembered_when_the_cache_is_full(tmp_path: Path) -> None:
+    """With more runs than the cache holds, the oldest are forgotten, not the newest."""
+    db = tmp_path / "keel.db"
+    store = SQLiteStore(db)
+    try:
+        for _ in range(STATE_CACHE_SIZE):
+            make_run(store)
+        run = make_run(store)
+        state = write_calls(store, run, SNAPSHOT_EVERY // 2)
+        assert snapshot_seq(db, run.run_id) == state.last_seq == SNAPSHOT_EVERY + 1
     finally:
         store.close()
