@@ -63,6 +63,39 @@ def test_a_log_without_events_describes_no_run() -> None:
     assert RunState.from_events([first]).run_id == "run_7"
 
 
+# --- model turns ----------------------------------------------------------------------------
+
+
+def test_a_model_turn_counts_its_usage_keeps_its_calls_and_answers_the_model_decisions() -> None:
+    log = Log()
+    log.add(EventType.MIDDLEWARE_DECIDED, point="before_model", decision="append", note="n")
+    log.add(EventType.MIDDLEWARE_DECIDED, point="before_tool", call_id="c1", decision="append")
+    call = {"id": "c1", "name": "read_file", "arguments": '{"path":"a"}'}
+    state = log.add(
+        EventType.MODEL_RESPONDED,
+        tool_calls=[{**call, "extra": "x"}],
+        usage={"input_tokens": 3, "output_tokens": 2},
+        cost=0.25,
+        finish_reason="tool_calls",
+    )
+    assert state.turn_calls == (call,)
+    assert (state.usage.steps, state.usage.tokens, state.usage.cost) == (1, 5, 0.25)
+    assert list(state.decisions) == ["call:c1"]
+    bare = log.add(EventType.MODEL_RESPONDED)
+    assert (bare.turn_calls, bare.truncated_turns) == ((), 0)
+    assert (bare.usage.steps, bare.usage.tokens, bare.usage.cost) == (2, 5, 0.25)
+
+
+def test_turns_cut_at_the_length_limit_run_no_calls_and_are_counted_until_one_is_not() -> None:
+    log = Log()
+    call = {"id": "c1", "name": "read_file", "arguments": "{"}
+    for running in (1, 2):
+        cut = log.add(EventType.MODEL_RESPONDED, tool_calls=[call], finish_reason="length")
+        assert (cut.turn_calls, cut.truncated_turns) == ((), running)
+    whole = log.add(EventType.MODEL_RESPONDED, tool_calls=[call], finish_reason="stop")
+    assert (whole.turn_calls, whole.truncated_turns) == ((call,), 0)
+
+
 # --- tool calls -----------------------------------------------------------------------------
 
 
