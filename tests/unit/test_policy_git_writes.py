@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from keel.policy.git_commands import git_writes, program_key, read_git
+from keel.policy.git_commands import GitReading, git_writes, program_key, read_git
 
 
 def writes(*argv: str) -> bool:
@@ -151,3 +151,11 @@ def test_an_alias_value_with_equals_signs_is_named_by_its_key() -> None:
     assert program_key("alias.st=!f() { x=1; }; f") == "alias.st"
     assert program_key("core.pager") == "core.pager"
     assert program_key("user.name=Bob") is None
+
+
+def test_a_global_option_ending_the_line_takes_the_last_argument_as_its_value() -> None:
+    assert read_git(["-C"]) == GitReading(subcommand=None, porcelain=None, args=())
+    assert read_git(["-C", "repo"]) == GitReading(subcommand=None, porcelain=None, args=())
+    assert read_git(["-c", "alias.st=!sh"]).opaque == (
+        "git -c alias.st sets a program or alias git will run"
+    )
