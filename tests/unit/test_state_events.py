@@ -96,6 +96,25 @@ def test_turns_cut_at_the_length_limit_run_no_calls_and_are_counted_until_one_is
     assert (whole.turn_calls, whole.truncated_turns) == ((call,), 0)
 
 
+# --- status -----------------------------------------------------------------------------------
+
+
+def test_a_pending_request_outlives_only_a_move_to_waiting() -> None:
+    log = Log()
+    log.add(EventType.APPROVAL_REQUESTED, call_id="c1", digest="d", tool="t")
+    waiting = log.add(EventType.STATUS_CHANGED, to="waiting", reason="approval")
+    assert waiting.pending == PendingRequest(kind="approval", call_id="c1", tool="t", digest="d")
+    cancelled = log.add(EventType.STATUS_CHANGED, to="cancelled", reason="stop")
+    assert cancelled.pending is None
+
+
+def test_a_result_is_kept_through_later_moves_that_carry_none() -> None:
+    log = Log()
+    log.add(EventType.STATUS_CHANGED, to="verifying", reason="done", result={"summary": "s"})
+    completed = log.add(EventType.STATUS_CHANGED, to="completed", reason="verified")
+    assert completed.result == {"summary": "s"}
+
+
 # --- tool calls -----------------------------------------------------------------------------
 
 
