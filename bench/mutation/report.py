@@ -111,7 +111,11 @@ def load_mutants(root: Path) -> list[Mutant]:
     for meta in sorted((root / "mutants").rglob("*.py.meta")):
         source = meta.relative_to(root / "mutants").as_posix().removesuffix(".meta")
         module = source.removeprefix("src/").removesuffix(".py").replace("/", ".")
-        codes = json.loads(meta.read_text(encoding="utf-8"))["exit_code_by_key"]
+        try:
+            codes = json.loads(meta.read_text(encoding="utf-8"))["exit_code_by_key"]
+        except (ValueError, KeyError):  # a mutmut run killed while it wrote the file
+            print(f"{meta}: unreadable, {module}'s verdicts are lost: remove it, run again")
+            continue
         for name, code in codes.items():
             status = STATUS.get(code, "suspicious")
             found.append(Mutant(name, source, module, function_of(name), status))
