@@ -205,6 +205,22 @@ def test_an_attempt_spends_the_grant_it_names_and_any_grant_of_its_call() -> Non
     assert state.grants == {"d3": Grant(call_id="c3", tool="t")}
 
 
+def test_an_attempt_spends_the_grant_it_names_though_its_own_call_has_none() -> None:
+    log = Log()
+    for digest, call in (("d1", "c1"), ("d3", "c3")):
+        log.add(EventType.APPROVAL_GRANTED, call_id=call, digest=digest, tool="t")
+    assert log.started("c9", grant="d1").grants == {"d3": Grant(call_id="c3", tool="t")}
+
+
+def test_the_same_error_as_the_latest_keeps_the_no_progress_mark() -> None:
+    log = Log()
+    for n, message in enumerate(("a", "b", "boom")):
+        log.add(EventType.TOOL_FAILED, call_id=f"c{n}", tool=f"t{n}", arguments={}, message=message)
+    log.add(EventType.NO_PROGRESS_DETECTED)
+    again = log.add(EventType.TOOL_FAILED, call_id="d", tool="other", arguments={}, message="boom")
+    assert again.no_progress_step == 0
+
+
 # --- processes and reconciliation -----------------------------------------------------------
 
 
