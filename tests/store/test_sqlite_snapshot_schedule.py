@@ -138,3 +138,37 @@ def test_the_run_written_last_stays_remembered_when_the_cache_is_full(tmp_path: 
         assert snapshot_seq(db, run.run_id) == state.last_seq == SNAPSHOT_EVERY + 1
     finally:
         store.close()
+
+
+def test_a_process_that_reads_a_large_run_then_writes_keeps_its_snapshot(tmp_path: Path) -> None:
+    """A second process reads a run with a 60 kB snapshot, then appends 50 events: far
+    less text than the snapshot holds, so the snapshot is not rewritten."""
+    db = tmp_path / "keel.db"
+    first, second = SQLiteStore(db), SQLiteStore(db)
+    try:
+        run = make_run(first, goal="g" * 60_000)
+        state = write_calls(second, second.load_run(run.run_id), SNAPSHOT_EVERY // 2 + 1)
+        assert state.last_seq == SNAPSHOT_EVERY + 3
+        assert snapshot_seq(db, run.run_id) == 1
+        assert first.load_run(run.run_id).to_dict() == state.to_dict()
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_second_process_rewrites_a_small_snapshot_once_its_text_outweighs_it(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "keel.db"
+    first, second = SQLiteStore(db), SQLiteStore(db)
+    try:
+        run = make_run(first)
+        state = write_calls(first, run, SNAPSHOT_EVERY // 2 - 1)  # not yet due
+        calls = SNAPSHOT_EVERY // 2 - 1
+        while snapshot_seq(db, run.run_id) == 1:
+            state = write_calls(second, state, 1, start=calls)
+            calls += 1
+            assert calls < SNAPSHOT_EVERY, "the second process never rewrote the snapshot"
+    finally:
+        first.close()
+        second.close()
