@@ -182,3 +182,9 @@ def test_an_unfaithful_context_quotes_the_missing_item_up_to_200_characters(
         "unresolved error)"
     )
     assert (error.missing, error.item) == ("open todo", item)
+
+
+def test_a_model_error_carries_the_status_whether_it_was_transient_and_the_reason() -> None:
+    error = ModelError("HTTP 402", status_code=402, transient=True, reason="out_of_credit")
+    assert str(error) == "HTTP 402"
+    assert (error.status_code, error.transient, error.reason) == (402, True, "out_of_credit")
