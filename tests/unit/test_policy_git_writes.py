@@ -159,3 +159,10 @@ def test_a_global_option_ending_the_line_takes_the_last_argument_as_its_value() 
     assert read_git(["-c", "alias.st=!sh"]).opaque == (
         "git -c alias.st sets a program or alias git will run"
     )
+
+
+def test_only_config_options_are_read_for_program_keys_and_a_command_keeps_its_equals_signs() -> (
+    None
+):
+    assert read_git(["-C", "hook.d", "status"]).opaque is None  # a directory, not a key
+    assert read_git(["-c", "core.pager=env LESS=R less", "log"]).runs_shell == ("env LESS=R less",)
