@@ -26,6 +26,7 @@ STDIN = "reads its program from standard input"
         (["--check-hash-based-pycs=always", "-c", "x"], "runs inline code (-c)"),
         (["--unknown", "x.py"], None),
         (["-m", "http.server"], None),
+        (["-mcompileall", "."], None),  # the module's name is no cluster of options
         (["-V"], None),
         (["--version"], None),
         (["x.py", "-c"], None),
@@ -47,6 +48,7 @@ def test_which_python_calls_run_code_no_file_names(args: list[str], why: str | N
         (["-i.bak", "-pe", "s/a/b/"], "runs inline code (-e)"),
         (["-Ilib", "-e", "1"], "runs inline code (-e)"),
         (["-I", "lib", "x.pl"], None),
+        (["-MFile::Basename", "x.pl"], None),  # -M takes the rest of its argument
         (["-v"], None),
     ],
 )
