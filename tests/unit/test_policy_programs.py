@@ -102,6 +102,14 @@ SYSTEM = "program may run commands (system() or a pipe)"
         (["--file", "system.awk"], None),
         (["--file=p.awk", "system.log"], None),
         (["-fp.awk", "system.log"], None),
+        # gawk runs every -e program and every -f file, in order: each -e is judged
+        (["-e", 'BEGIN { system("x") }', "-e", "{ print }"], SYSTEM),
+        (['--source=BEGIN { system("x") }', "{ print }"], SYSTEM),
+        (["--source={ print }", "system.log"], None),
+        (["-e", 'BEGIN { system("x") }', "-f", "p.awk"], SYSTEM),
+        (["-f", "p.awk", "-e", '{ print | "sh" }'], SYSTEM),
+        (["-fp.awk", "-e", "{ print }", "system.log"], None),
+        (["-f", "p.awk", '{ system("x") }'], None),  # after -f, an operand is a data file
         (["-", "system.log"], None),
         ([], None),
     ],

@@ -151,15 +151,28 @@ def inline_code(grammar: Interpreter, args: Sequence[str]) -> str | None:
 
 
 def awk_runs(args: Sequence[str]) -> str | None:
-    """Why an awk program may run commands (``system()``, pipes), or None."""
-    i, program = 0, None
+    """Why an awk program may run commands (``system()``, pipes), or None.
+
+    Every ``-e``/``--source`` program is judged (gawk runs them all, with the ``-f``
+    files, in order); the first operand is the program only when no ``-e`` or ``-f``
+    gave one. A program file is not read: it is a file like any other the command
+    names."""
+    i, programs, from_file = 0, [], False
     while i < len(args):
         arg = args[i]
-        if arg in ("-f", "--file") or arg.startswith(("--file=", "-f")):
-            return None  # the program is a file: a command like any other
+        if arg in ("-f", "--file"):
+            from_file, i = True, i + 2
+            continue
+        if arg.startswith(("--file=", "-f")):
+            from_file, i = True, i + 1
+            continue
         if arg in ("-e", "--source"):
-            program = args[i + 1] if i + 1 < len(args) else ""
+            programs.append(args[i + 1] if i + 1 < len(args) else "")
             i += 2
+            continue
+        if arg.startswith("--source="):
+            programs.append(arg.removeprefix("--source="))
+            i += 1
             continue
         if arg in ("-F", "-v", "--assign", "--field-separator"):
             i += 2
@@ -170,9 +183,9 @@ def awk_runs(args: Sequence[str]) -> str | None:
         if not arg.startswith("-") or arg == "-":
             break
         i += 1
-    if program is None and i < len(args):
-        program = args[i]
-    if program is not None and ("system" in program or "|" in program):
+    if not programs and not from_file and i < len(args):
+        programs.append(args[i])
+    if any("system" in program or "|" in program for program in programs):
         return "program may run commands (system() or a pipe)"
     return None
 
