@@ -166,3 +166,10 @@ def test_only_config_options_are_read_for_program_keys_and_a_command_keeps_its_e
 ):
     assert read_git(["-C", "hook.d", "status"]).opaque is None  # a directory, not a key
     assert read_git(["-c", "core.pager=env LESS=R less", "log"]).runs_shell == ("env LESS=R less",)
+
+
+def test_an_exec_path_is_opaque_and_an_empty_config_command_runs_nothing() -> None:
+    assert read_git(["--exec-path=/tmp/x", "status"]).opaque == (
+        "git --exec-path= changes where git finds its programs"
+    )
+    assert read_git(["-c", "core.pager=", "log"]).runs_shell == ()
