@@ -23,7 +23,7 @@ from keel.core.events import EventType
 from keel.store.url import open_store
 
 KEEL = str(Path(sys.executable).with_name("keel"))
-SLEEP_S = 2.5
+SLEEP_S = 6.0  # the orphan must outlive the kill, the lease lapsing and a slow CLI start
 
 
 def script(path: Path) -> str:
