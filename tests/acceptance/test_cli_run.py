@@ -280,7 +280,7 @@ def wait_for(predicate: Any, timeout: float = 20.0) -> None:
 def test_ctrl_c_during_a_slow_command_leaves_the_run_resumable_and_resume_completes_it(
     cli: Cli,
 ) -> None:
-    slow = ["sh", "-c", "sleep 2; touch late.txt"]
+    slow = ["sh", "-c", "sleep 5; touch late.txt"]
     sleep = {"tool_calls": [{"name": "run_command", "arguments": {"argv": slow}}]}
     model = cli.script([sleep, {"content": "done"}])
     proc = subprocess.Popen(
@@ -304,7 +304,7 @@ def test_ctrl_c_during_a_slow_command_leaves_the_run_resumable_and_resume_comple
             proc.kill()
             proc.wait()
 
-    assert time.monotonic() - started < 1.5  # stopped at once, not after the command
+    assert time.monotonic() - started < 3.5  # stopped at once, not after the command (5 s)
     assert proc.returncode != 0
     assert f"keel resume {run_id}" in err
     assert any(json.loads(line).get("type") == "tool_started" for line in out.splitlines())
@@ -317,7 +317,7 @@ def test_ctrl_c_during_a_slow_command_leaves_the_run_resumable_and_resume_comple
 
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert cli.state(run_id).status is RunStatus.COMPLETED
-    time.sleep(max(0.0, started + 2.5 - time.monotonic()))
+    time.sleep(max(0.0, started + 5.5 - time.monotonic()))
     assert not (cli.workspace / "late.txt").exists()  # the command was really stopped
 
 
