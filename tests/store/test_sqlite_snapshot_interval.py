@@ -12,19 +12,13 @@ from keel.core.state import RunState
 from keel.core.status import RunStatus
 from keel.store.sqlite.runs import SNAPSHOT_EVERY
 from keel.store.sqlite.store import SQLiteStore
-from keel.testing.stores import append, make_run, move, tool_step
+from keel.testing.stores import append, make_run, move, write_calls
 
 
 def snapshot_seq(db: Path, run_id: str) -> int:
     with sqlite3.connect(db) as conn:
         (text,) = conn.execute("SELECT snapshot FROM runs WHERE id = ?", (run_id,)).fetchone()
     return int(json.loads(text)["last_seq"])
-
-
-def write_calls(store: SQLiteStore, state: RunState, calls: int, start: int = 0) -> RunState:
-    for i in range(start, start + calls):
-        state, _ = append(store, state, tool_step(f"c{i}", changed_files={f"f{i}.py": "ab" * 32}))
-    return state
 
 
 def same_as_a_fresh_reader(db: Path, state: RunState) -> None:

@@ -241,6 +241,14 @@ def append(
     return store.append_events(state.run_id, events, expected_seq=state.last_seq, **kwargs)
 
 
+def write_calls(store: Store, state: RunState, calls: int, start: int = 0) -> RunState:
+    """Append ``calls`` write calls (started, finished), numbered from ``start``, each
+    changing one new file ``f<i>.py``; the state after the last."""
+    for i in range(start, start + calls):
+        state, _ = append(store, state, tool_step(f"c{i}", changed_files={f"f{i}.py": "ab" * 32}))
+    return state
+
+
 def legal_step(state: RunState, choice: int) -> list[NewEvent]:
     """A legal next step for ``state`` picked deterministically by ``choice`` (>= 0).
 
