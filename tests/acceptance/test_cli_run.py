@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from keel.core.events import EventType
+from keel.core.events import Event, EventType
 from keel.core.state import RunState
 from keel.core.status import RunStatus
 from keel.store.sqlite.store import SQLiteStore
@@ -66,9 +66,12 @@ class Cli:
             store.close()
 
     def event_types(self, run_id: str) -> list[EventType]:
+        return [e.type for e in self.events(run_id)]
+
+    def events(self, run_id: str) -> list[Event]:
         store = SQLiteStore(self.db)
         try:
-            return [e.type for e in store.read_events(run_id)]
+            return list(store.read_events(run_id))
         finally:
             store.close()
 
@@ -304,7 +307,13 @@ def test_ctrl_c_during_a_slow_command_leaves_the_run_resumable_and_resume_comple
             proc.kill()
             proc.wait()
 
-    assert time.monotonic() - started < 3.5  # stopped at once, not after the command (5 s)
+    # Stopped at once, not after the command: when keel exited the command had not
+    # reached its touch, and the harness recorded it as interrupted well inside its 5 s.
+    # (No wall-clock bound on the CLI's exit: a loaded machine makes that flaky.)
+    assert not (cli.workspace / "late.txt").exists()
+    failed = cli.events(run_id)[-1]
+    assert failed.data["error_kind"] == "interrupted"
+    assert failed.data["elapsed_s"] < 4.5
     assert proc.returncode != 0
     assert f"keel resume {run_id}" in err
     assert any(json.loads(line).get("type") == "tool_started" for line in out.splitlines())
