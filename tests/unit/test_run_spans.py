@@ -10,6 +10,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from keel.core.events import Event, EventType
 from keel.core.state import RunState
@@ -279,6 +281,58 @@ def test_the_otlp_encoding_reads_back_as_the_same_span() -> None:
     )
     assert got.status.code == 2 and got.status.message == "the provider declined"
     assert scope_spans.spans[1] == got
+
+
+def _decoded(value: Any) -> Any:
+    """An ``AnyValue`` as the Python value it was made from (arrays as tuples)."""
+    kind = value.WhichOneof("value")
+    if kind == "array_value":
+        return tuple(_decoded(v) for v in value.array_value.values)
+    return getattr(value, kind)
+
+
+def _typed(value: Any) -> Any:
+    """``value`` with the type of each part beside it: True and 1 compare unequal."""
+    if isinstance(value, tuple):
+        return tuple(_typed(v) for v in value)
+    return (type(value), value)
+
+
+ATTRIBUTE_VALUES = (
+    st.text()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**63 - 1)
+    | st.floats(allow_nan=False)
+    | st.tuples(st.text())
+    | st.lists(st.text() | st.integers(0, 2**40) | st.booleans(), max_size=3).map(tuple)
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    attributes=st.dictionaries(st.text(min_size=1, max_size=140), ATTRIBUTE_VALUES, max_size=6),
+    again=st.dictionaries(st.sampled_from(["a", "b", "gen_ai.tool.call.id"]), ATTRIBUTE_VALUES),
+    start=st.integers(0, 2**64 - 1),
+    name=st.text(max_size=200),
+)
+def test_any_attributes_encode_and_read_back_as_themselves(
+    attributes: dict[str, Any], again: dict[str, Any], start: int, name: str
+) -> None:
+    # Numbers of every size and sign, long keys (a length of two bytes), text, flags,
+    # arrays; and values met again after they were kept encoded (``again`` repeats a
+    # few keys): True is not 1, (1,) is not ("1",), a kept value is not another's.
+    spans = [
+        SpanRecord(trace_id=7, span_id=i + 1, name=name, start=start, end=start, attributes=values)
+        for i, values in enumerate([attributes, again, again, {**again, **attributes}])
+    ]
+    request = ExportTraceServiceRequest()
+    request.ParseFromString(encode_request(b"", b"", spans))
+    got = request.resource_spans[0].scope_spans[0].spans
+    assert [s.name for s in got] == [name] * 4
+    assert got[0].start_time_unix_nano == start
+    for span, sent in zip(got, spans, strict=True):
+        decoded = {a.key: _typed(_decoded(a.value)) for a in span.attributes}
+        assert decoded == {k: _typed(v) for k, v in sent.attributes.items()}
 
 
 def test_headers_and_resource_attributes_are_read_as_otlp_writes_them() -> None:

@@ -67,10 +67,15 @@ class SpanRecord:
     events: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)
     links: Sequence[tuple[int, int]] = ()
     error: str | None = None  # the status message of a span that ended in error
+    ids: bytes = b""  # its trace and parent fields, encoded (its parent's ``child_ids``)
+    child_ids: bytes = b""  # its children's: its trace id and its span id as their parent
+
+
+_getrandbits = random.getrandbits
 
 
 def new_span_id() -> int:
-    return random.getrandbits(64) or 1
+    return _getrandbits(64) or 1
 
 
 def new_trace_id() -> int:
@@ -82,7 +87,9 @@ def new_trace_id() -> int:
 
 def _varint(n: int) -> bytes:
     if n < 0x80:
-        return bytes((n,))
+        return _SMALL[n]
+    if n < 0x4000:
+        return bytes(((n & 0x7F) | 0x80, n >> 7))
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)
@@ -91,8 +98,9 @@ def _varint(n: int) -> bytes:
     return bytes(out)
 
 
-_TAGS = [_varint(number << 3 | 2) for number in range(17)]  # length-delimited field tags
 _SMALL = [bytes((n,)) for n in range(128)]
+_TAGS = [bytes((number << 3 | 2,)) for number in range(16)]  # length-delimited field tags
+_MASK64 = 0xFFFF_FFFF_FFFF_FFFF  # an int64 is sent as its two's complement
 
 
 def _field(number: int, payload: bytes) -> bytes:
@@ -101,8 +109,13 @@ def _field(number: int, payload: bytes) -> bytes:
     return _TAGS[number] + (_SMALL[size] if size < 128 else _varint(size)) + payload
 
 
-_FIXED64 = struct.Struct("<Q").pack
 _DOUBLE = struct.Struct("<d").pack
+# kind (field 6, a varint), start and end (fields 7 and 8, fixed64): one pack per span
+_KIND_AND_TIMES = struct.Struct("<BBBQBQ").pack
+# a KeyValue's value (field 2) holding an AnyValue int (field 3, varint): by the
+# varint's length; and holding an AnyValue double (field 4, fixed64)
+_INT_VALUE = [b"\x12" + bytes((n + 1,)) + b"\x18" for n in range(11)]
+_DOUBLE_VALUE = b"\x12\x09\x21"
 
 
 def _any_value(value: Any) -> bytes:
@@ -111,7 +124,7 @@ def _any_value(value: Any) -> bytes:
     if isinstance(value, bool):
         return b"\x10\x01" if value else b"\x10\x00"
     if isinstance(value, int):
-        return b"\x18" + _varint(value & 0xFFFFFFFFFFFFFFFF)  # int64, two's complement
+        return b"\x18" + _varint(value & _MASK64)
     if isinstance(value, float):
         return b"\x21" + _DOUBLE(value)
     if isinstance(value, list | tuple):
@@ -120,39 +133,64 @@ def _any_value(value: Any) -> bytes:
 
 
 # Encoded attributes kept for reuse: whole KeyValue fields for the values that repeat
-# (operation, provider, model and tool names, the run id, small numbers), and every key's
-# own bytes. Values that rarely repeat (call ids, large counts, costs) are encoded each
-# time: keeping them would only fill the cache.
-_encoded: dict[tuple[int, str, Any], bytes] = {}
+# (operation, provider, model and tool names, the run id, finish reasons, flags), and
+# every key's own bytes. Numbers and values that rarely repeat (call ids) are encoded
+# each time: keeping them would only fill the cache. Cached by (field, key, type, value):
+# True and 1 are equal keys of a dict, not the same attribute.
+_encoded: dict[tuple[int, str, type, Any], bytes] = {}
 _keys: dict[str, bytes] = {}
 UNIQUE_VALUES = frozenset({"gen_ai.tool.call.id"})
-SMALL_INT = 256  # step numbers, small token counts: kept; larger numbers are encoded anew
+
+
+def _key_field(key: str) -> bytes:
+    """A KeyValue's key (field 1), kept."""
+    found = _keys.get(key)
+    if found is None:
+        found = _field(1, key.encode("utf-8", "replace"))
+        if len(_keys) < _CACHE_LIMIT:
+            _keys[key] = found
+    return found
 
 
 def _key_value(number: int, key: str, value: Any) -> bytes:
     """Field ``number`` holding the KeyValue ``key``: ``value``."""
     kind = type(value)
-    reused = (
-        (kind is str and key not in UNIQUE_VALUES)
-        or kind is bool
-        or (kind is int and 0 <= value < SMALL_INT)
-        or (kind is float and value == 0.0)
-    )
-    if reused:
-        encoded = _encoded.get((number, key, value))
+    if kind is int:  # the common numbers (tokens, counts) in one go, never kept
+        key_field = _keys.get(key) or _key_field(key)
+        number_bytes = _varint(value & _MASK64)
+        size = len(key_field) + 3 + len(number_bytes)
+        return (
+            _TAGS[number]
+            + (_SMALL[size] if size < 128 else _varint(size))
+            + key_field
+            + _INT_VALUE[len(number_bytes)]
+            + number_bytes
+        )
+    if kind is float:
+        key_field = _keys.get(key) or _key_field(key)
+        size = len(key_field) + 11
+        return (
+            _TAGS[number]
+            + (_SMALL[size] if size < 128 else _varint(size))
+            + key_field
+            + _DOUBLE_VALUE
+            + _DOUBLE(value)
+        )
+    if (kind is str or kind is bool or kind is tuple) and key not in UNIQUE_VALUES:
+        cached = (number, key, kind, value)
+        try:
+            encoded, keep = _encoded.get(cached), True
+        except TypeError:  # a tuple holding a list: encoded, not kept
+            encoded, keep = None, False
         if encoded is not None:
-            return encoded
-    key_field = _keys.get(key)
-    if key_field is None:
-        key_field = _field(1, key.encode("utf-8", "replace"))
-        if len(_keys) < _CACHE_LIMIT:
-            _keys[key] = key_field
-    encoded = _field(number, key_field + _field(2, _any_value(value)))
-    if reused:
-        if len(_encoded) >= _CACHE_LIMIT:
-            _encoded.clear()
-        _encoded[(number, key, value)] = encoded
-    return encoded
+            return encoded  # an equal tuple of strings is one of strings: same bytes
+        encoded = _field(number, _key_field(key) + _field(2, _any_value(value)))
+        if keep and (kind is not tuple or all(type(v) is str for v in value)):
+            if len(_encoded) >= _CACHE_LIMIT:
+                _encoded.clear()
+            _encoded[cached] = encoded
+        return encoded
+    return _field(number, _key_field(key) + _field(2, _any_value(value)))
 
 
 def _attributes(number: int, attributes: Mapping[str, Any]) -> bytes:
@@ -193,12 +231,30 @@ def _name_field(name: str) -> bytes:
     return encoded
 
 
+def trace_field(trace_id: int) -> bytes:
+    """A span's ``trace_id`` (field 1)."""
+    return b"\x0a\x10" + trace_id.to_bytes(16, "big")
+
+
+def parent_field(span_id: int) -> bytes:
+    """A span's ``parent_span_id`` (field 4): ``span_id`` is its parent's."""
+    return b"\x22\x08" + span_id.to_bytes(8, "big")
+
+
+def _child_ids(span: SpanRecord) -> bytes:
+    """``span.child_ids``, made once."""
+    span.child_ids = trace_field(span.trace_id) + parent_field(span.span_id)
+    return span.child_ids
+
+
 def encode_span(span: SpanRecord) -> bytes:
     """One ``opentelemetry.proto.trace.v1.Span`` message."""
+    ids = span.ids
+    if not ids:
+        ids = trace_field(span.trace_id) + (parent_field(span.parent_id) if span.parent_id else b"")
     return encode_span_of(
-        span.trace_id,
+        ids,
         span.span_id,
-        span.parent_id,
         span.name,
         span.kind,
         span.start,
@@ -212,9 +268,8 @@ def encode_span(span: SpanRecord) -> bytes:
 
 
 def encode_span_of(
-    trace_id: int,
+    ids: bytes,
     span_id: int,
-    parent_id: int,
     name: str,
     kind: int,
     start: int,
@@ -225,33 +280,28 @@ def encode_span_of(
     links: Sequence[tuple[int, int]] = (),
     error: str | None = None,
 ) -> bytes:
-    """One ``Span`` message from its parts (``fixed``: attributes kept encoded, see
-    ``_fixed_attributes``; an attribute in both is sent once, as ``attributes`` has it)."""
+    """One ``Span`` message from its parts. ``ids``: its trace id and parent span id as
+    encoded fields (``trace_field`` + ``parent_field``; a parent's children share them,
+    and protobuf reads fields in any order); ``fixed``: attributes kept encoded, see
+    ``_fixed_attributes`` (an attribute in both is sent once, as ``attributes`` has it)."""
     if fixed and attributes and not fixed.keys().isdisjoint(attributes):
         fixed, attributes = NO_ATTRIBUTES, {**fixed, **attributes}
+    found = _fixed.get(id(fixed))
     parts = [
-        b"\x0a\x10",
-        trace_id.to_bytes(16, "big"),
+        ids,
         b"\x12\x08",
         span_id.to_bytes(8, "big"),
+        _names.get(name) or _name_field(name),
+        _KIND_AND_TIMES(0x30, kind, 0x39, start, 0x41, end),
+        found[1] if found is not None and found[0] is fixed else _fixed_attributes(fixed),
     ]
-    if parent_id:
-        parts += [b"\x22\x08", parent_id.to_bytes(8, "big")]
-    parts += [
-        _name_field(name),
-        b"\x30",
-        _SMALL[kind],
-        b"\x39",
-        _FIXED64(start),
-        b"\x41",
-        _FIXED64(end),
-        _fixed_attributes(fixed),
-        _attributes(9, attributes),
-    ]
+    for key, value in attributes.items():  # _attributes(9, ...), one call fewer a span
+        if value is not None:
+            parts.append(_key_value(9, key, value))
     for at, event_name, event_attributes in events:
         event = (
             b"\x09"
-            + _FIXED64(at)
+            + struct.pack("<Q", at)
             + _field(2, event_name.encode())
             + _attributes(3, event_attributes)
         )
@@ -469,16 +519,19 @@ class OtlpWriter:
         links: Sequence[tuple[int, int]] = (),
         fixed: Mapping[str, Any] = NO_ATTRIBUTES,
     ) -> SpanRecord:
+        ids = b""
         if parent is None:
             trace_id, parent_id = new_trace_id(), 0
         elif isinstance(parent, tuple):
             trace_id, parent_id = parent
         else:
             trace_id, parent_id = parent.trace_id, parent.span_id
+            ids = parent.child_ids or _child_ids(parent)
         return SpanRecord(
             trace_id=trace_id,
             span_id=new_span_id(),
             parent_id=parent_id,
+            ids=ids,
             name=name,
             kind=KIND_CLIENT if kind == "client" else KIND_INTERNAL,
             start=time.time_ns() if start is None else start,
@@ -503,9 +556,8 @@ class OtlpWriter:
         the times given: encoded and queued at once, with no record made."""
         self.exporter.export_encoded(
             encode_span_of(
-                parent.trace_id,
-                new_span_id(),
-                parent.span_id,
+                parent.child_ids or _child_ids(parent),
+                _getrandbits(64) or 1,
                 name,
                 KIND_CLIENT if kind == "client" else KIND_INTERNAL,
                 start,
