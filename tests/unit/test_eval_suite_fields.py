@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from keel.core.budget import Budget
 from keel.core.errors import ConfigError
 from keel.core.eval_suite import (
     EvalConfig,
@@ -79,6 +80,23 @@ def test_a_cases_own_source_replaces_the_default_one(
 ) -> None:
     [case] = suite(f'[defaults]\n{default}\n[[cases]]\nname = "c"\ngoal = "g"\n{own}\n').cases
     assert (case.workspace, case.git) == (workspace, git)
+
+
+@pytest.mark.parametrize(
+    ("default", "workspace", "git"),
+    [('workspace = "dw"', BASE / "dw", None), ('git = "https://h/x.git"', None, "https://h/x.git")],
+)
+def test_a_default_source_reaches_a_case_that_names_none(
+    default: str, workspace: Path | None, git: str | None
+) -> None:
+    [case] = suite(f'[defaults]\n{default}\n[[cases]]\nname = "c"\ngoal = "g"\n').cases
+    assert (case.workspace, case.git) == (workspace, git)
+
+
+def test_a_cases_budget_and_expectation_stand_alone_without_defaults() -> None:
+    [case] = suite(CASE + 'budget = { steps = 3 }\nexpect = { status = "failed" }\n').cases
+    assert case.budget == Budget(max_steps=3)
+    assert case.expect == Expectation(status="failed")
 
 
 def test_a_case_with_both_sources_is_refused() -> None:
