@@ -10,6 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from keel.core.errors import (
+    DependencyError,
     InvalidTaskTransition,
     LeaseLost,
     NotOwner,
@@ -208,3 +209,34 @@ def test_ready_tasks_of_a_status_other_than_pending_are_none(store: Store) -> No
     task = store.create_task("a", actor="p")
     assert [t.id for t in store.list_tasks(ready=True, status=TaskStatus.PENDING)] == [task.id]
     assert store.list_tasks(ready=True, status=TaskStatus.IN_PROGRESS) == []
+
+
+def test_a_task_keeps_its_description_in_its_row_and_its_history(store: Store) -> None:
+    task = store.create_task("build", description="with the release flags", actor="p")
+    assert task.description == "with the release flags"
+    assert store.get_task(task.id).description == "with the release flags"
+    assert store.task_events(task.id)[0].data["description"] == "with the release flags"
+
+
+def test_a_new_task_blocked_by_an_unknown_task_is_refused_naming_both(store: Store) -> None:
+    store.task_id_factory = lambda: "task_0000cafe"  # type: ignore[attr-defined]
+    with refused(
+        DependencyError,
+        "task task_0000cafe cannot be blocked by unknown task(s) task_00000000; "
+        "`keel tasks list` shows the ids",
+    ):
+        store.create_task("b", actor="p", blocked_by=["task_00000000"])
+    assert store.list_tasks() == []
+
+
+def test_a_claim_held_by_a_cancelled_blocker_names_the_task_to_cancel(store: Store) -> None:
+    blocker = store.create_task("a", actor="p")
+    waiting = store.create_task("b", actor="p", blocked_by=[blocker.id])
+    store.cancel_task(blocker.id, actor="p", reason="not needed")
+    with refused(
+        TaskNotClaimable,
+        f"task {waiting.id} cannot be claimed: blocked by {blocker.id} (cancelled): a cancelled "
+        f"task never completes, so {waiting.id} can never be claimed; cancel it too "
+        f"(`keel tasks cancel {waiting.id} --reason TEXT`)",
+    ):
+        claimed(store, waiting)
