@@ -28,16 +28,15 @@ mounts protected paths read-only whatever a command is called.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from keel.core.guard import PLAN_FILE, PathGuard
-from keel.core.pathnames import os_name
 from keel.policy.commands import normalise_command, writes_git
 from keel.policy.modes import Decision, Mode, strictness
+from keel.policy.resolution import resolve
 from keel.policy.rules import PATH_DEFAULTS, Policy, workspace_relative
 
 # Tools whose target path is fixed rather than an argument.
@@ -192,8 +191,7 @@ def path_spellings(path: str, workspace: Path) -> tuple[str, ...]:
     lexical = workspace_relative(path, workspace)
     if lexical is None:
         return ()
-    root = os.path.realpath(workspace)
-    resolved = os.path.realpath(os.path.join(root, os_name(lexical)))  # \xHH spellings too
+    root, resolved = resolve(lexical, workspace)  # \xHH spellings too
     real = workspace_relative(resolved, Path(root))
     return (lexical,) if real is None or real == lexical else (lexical, real)
 

@@ -50,9 +50,9 @@ from pathlib import Path
 from typing import Any, cast
 
 from keel.core.errors import ConfigError
-from keel.core.pathnames import os_name
 from keel.policy.commands import CommandView, normalise_command
 from keel.policy.modes import ACTIONS, Action, Decision, Mode, mode_default, strictness
+from keel.policy.resolution import resolve
 
 POLICY_FILE = Path(".keel") / "policy.toml"
 RULE_KEYS = ("action", "tool", "argv", "path", "reason")
@@ -179,8 +179,7 @@ def real_relative(path: str, workspace: Path) -> str | None:
     Resolution never fails: a path that does not exist yet resolves as far as it exists.
     """
     try:
-        root = os.path.realpath(workspace)
-        real = os.path.realpath(os.path.join(root, os_name(path)))  # as the file tools spell it
+        root, real = resolve(path, workspace)  # as the file tools spell it
         return workspace_relative(real, Path(root))
     except (OSError, ValueError):
         return None
@@ -438,7 +437,7 @@ def _parse_rule(
     )
 
 
-_RULE_HEADER = re.compile(r"^\s*\[\[\s*rule\s*\]\]")
+_RULE_HEADER = re.compile(r"""^\s*\[\[\s*(["']?)rule\1\s*\]\]""")  # [[rule]], [["rule"]]...
 _TABLE_HEADER = re.compile(r"^\s*\[+\s*([A-Za-z0-9_.\"'-]+)")
 _KEY_LINE = re.compile(r"^\s*[\"']?([A-Za-z0-9_-]+)[\"']?\s*=")
 
