@@ -882,6 +882,35 @@ def test_writing_the_plan_file_with_another_tool_after_approval_is_refused() -> 
     assert "change it with plan_write" in event.data["message"]
 
 
+def test_a_policy_denial_of_the_plan_file_names_the_policys_rule_not_the_plan_guard() -> None:
+    run = approved_plan_run()
+    run.gate = Policy(
+        rules=(Rule(action="deny", tool="write_file", reason="no writes", origin="p:1"),)
+    )
+    run.model(("write_file", {"path": "plans/PLAN.md", "content": "push to prod"}))
+
+    [event] = committed(run.decide())
+
+    assert event.data["error_kind"] == "policy_denied"
+    assert event.data["message"] == "policy_denied: no writes (rule: p:1 deny write_file)"
+
+
+def test_another_tools_write_of_the_approved_plan_is_refused_where_the_policy_asks() -> None:
+    run = approved_plan_run()
+    run.gate = Policy(
+        rules=(Rule(action="ask", tool="write_file", reason="review writes", origin="p:1"),)
+    )
+    run.model(("write_file", {"path": "plans/PLAN.md", "content": "push to prod"}))
+
+    [event] = committed(run.decide())  # refused outright: no approval could make it right
+
+    assert event.data["error_kind"] == "policy_denied"
+    assert event.data["message"] == (
+        "policy_denied: plans/PLAN.md holds the approved plan: change it with plan_write, "
+        "which asks for a new approval (rule: plan)"
+    )
+
+
 def test_changes_outside_the_approved_plans_paths_are_a_verification_gap() -> None:
     run = approved_plan_run()
     run.model(
@@ -1153,6 +1182,23 @@ def test_one_question_beside_reads_is_asked_in_the_models_order() -> None:
     assert types(run.decide()) == ["input_requested", "status_changed"]
 
 
+def test_a_question_alone_in_its_turn_is_asked_even_when_its_tool_has_a_side_effect() -> None:
+    @tool(effect=Effect.EXTERNAL, recovery=Recovery.IDEMPOTENT, control=True, name="ask_user")
+    def ask(question: str) -> None:
+        """Ask the user, by posting the question to the team's chat."""
+
+    run = Run(mode="auto")
+    run.tools = ToolRegistry([ask])  # a harness given its own way of asking
+    run.gate = Policy(rules=(Rule(action="allow", tool="ask_user"),))
+    run.model(("ask_user", {"question": "Which database?"}))
+    assert committed(run.decide()) == [
+        NewEvent(
+            type=EventType.INPUT_REQUESTED, data={"call_id": "c1_0", "question": "Which database?"}
+        ),
+        transition(run.state, RunStatus.WAITING, "question:c1_0"),
+    ]
+
+
 # --- plan_exit ------------------------------------------------------------------------------
 
 
@@ -1214,6 +1260,19 @@ def test_plan_exit_asks_a_person_to_approve_the_plan_with_its_text_and_summary()
         },
     )
     assert waiting == transition(run.state, RunStatus.WAITING, "plan_approval:c1_0")
+
+
+def test_a_plan_exit_tool_without_a_summary_asks_with_an_empty_summary() -> None:
+    @tool(effect=Effect.STATE, recovery=Recovery.IDEMPOTENT, control=True, name="plan_exit")
+    def leave() -> None:
+        """Leave plan mode."""
+
+    run = Run(mode="plan")
+    run.tools = ToolRegistry([leave])  # a harness given its own plan_exit
+    run.add(NewEvent(type=EventType.PLAN_WRITTEN, data={"content": APPROVED_PLAN}))
+    run.model(("plan_exit", {}))
+    request, _ = committed(run.decide())
+    assert request.data["arguments"] == {"summary": "", "plan": APPROVED_PLAN}
 
 
 @pytest.mark.parametrize(
