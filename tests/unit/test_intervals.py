@@ -185,6 +185,18 @@ def test_the_t_cdf_is_below_a_half_left_of_zero_and_above_right_of_it() -> None:
     assert 0.3 < student_t_cdf(-0.5, 10) < 0.5
 
 
+def test_the_regularized_beta_of_large_shapes_is_converged_or_refused() -> None:
+    # Symmetric shapes: I_0.5(a, a) is 1/2 exactly. The fraction for a = b = 1e7 needs
+    # about 1,000 terms (a 500-term cap returned 0.500045); past the term limit the
+    # function refuses rather than return an unconverged value.
+    assert regularized_beta(0.5, 1e7, 1e7) == pytest.approx(0.5, abs=1e-7)
+    assert regularized_beta(0.5, 1e6, 1e6) == pytest.approx(0.5, abs=1e-8)
+    with pytest.raises(
+        ValueError, match=r"did not converge in 100,000 terms \(x=0.5, a=1000000000000000.0"
+    ):
+        regularized_beta(0.5, 1e15, 1e15)
+
+
 @pytest.mark.parametrize(("a", "b"), [(1, 1), (2, 5), (0.5, 0.5)])
 def test_the_regularized_beta_is_zero_and_one_at_the_ends(a: float, b: float) -> None:
     assert regularized_beta(0, a, b) == 0.0
