@@ -354,8 +354,11 @@ class _Parser:
             line = int(mark.line) + _FRONT_LINE if mark is not None else 1
             problem = exc.problem or exc.context or "malformed"
             self.fail(line, f"invalid YAML: {problem}")
-        except yaml.YAMLError as exc:  # pragma: no cover - every reader error is marked
-            self.fail(1, f"invalid YAML: {exc}")
+        except yaml.reader.ReaderError as exc:  # a character YAML refuses: it has no mark
+            line = front[: exc.position].count("\n") + _FRONT_LINE
+            self.fail(
+                line, f"invalid YAML: unacceptable character #x{exc.character:04x}: {exc.reason}"
+            )
 
     def value(self, node: yaml.Node) -> Any:
         """The Python value of ``node`` as the safe loader builds it."""
