@@ -553,34 +553,13 @@ def _expiry(state: RunState, sit: Situation) -> str:
 
 
 def _plan_exit(state: RunState, sit: Situation, call_id: str, args: dict[str, Any]) -> Commit:
-    """Leave plan mode once a person approved this exact plan (its sha256 is in the digest)."""
-    plan_sha256 = plan_digest(state.plan or "")
-    digest = approval_digest("plan_exit", {**args, "plan_sha256": plan_sha256}, str(sit.workspace))
+    """Leave plan mode once a person approved this exact plan (its sha256 is in the digest).
+    No plan, no approval: one is asked for only once a plan is written."""
     if state.mode != Mode.PLAN.value:
         return Commit(
             events=(
                 failed_event(
                     call_id, "plan_exit", args, "invalid_call", "plan_exit: not in plan mode"
-                ),
-            )
-        )
-    if grant_usable(state, digest, sit.now):  # the reviewer approved this plan
-        follow_on = follow_on_mode(state).value
-        seeded = (
-            " The todos were seeded from the plan." if todos_from_plan(state.plan or "") else ""
-        )
-        return Commit(
-            events=(
-                *plan_approved_events(state, call_id=call_id),
-                NewEvent(
-                    type=EventType.TOOL_FINISHED,
-                    data={
-                        "call_id": call_id,
-                        "tool": "plan_exit",
-                        "arguments": args,
-                        "grant": digest,
-                        "output": f"plan approved; you are now in {follow_on} mode.{seeded}",
-                    },
                 ),
             )
         )
@@ -593,6 +572,26 @@ def _plan_exit(state: RunState, sit: Situation, call_id: str, args: dict[str, An
                     args,
                     "invalid_call",
                     "plan_exit: write the plan with plan_write first",
+                ),
+            )
+        )
+    plan_sha256 = plan_digest(state.plan)
+    digest = approval_digest("plan_exit", {**args, "plan_sha256": plan_sha256}, str(sit.workspace))
+    if grant_usable(state, digest, sit.now):  # the reviewer approved this plan
+        follow_on = follow_on_mode(state).value
+        seeded = " The todos were seeded from the plan." if todos_from_plan(state.plan) else ""
+        return Commit(
+            events=(
+                *plan_approved_events(state, call_id=call_id),
+                NewEvent(
+                    type=EventType.TOOL_FINISHED,
+                    data={
+                        "call_id": call_id,
+                        "tool": "plan_exit",
+                        "arguments": args,
+                        "grant": digest,
+                        "output": f"plan approved; you are now in {follow_on} mode.{seeded}",
+                    },
                 ),
             )
         )
