@@ -71,7 +71,9 @@ def test_many_collections_side_by_side_are_not_nesting() -> None:
 
 @pytest.mark.parametrize("newline", ["\n", "\r\n"])
 def test_a_character_yaml_refuses_is_named_at_its_line(newline: str) -> None:
-    data = "---\ndescription: d\n\nmode: a\x07b\n---\nDo it.\n".replace("\n", newline).encode()
+    # the bell character on line 4, with a line of YAML after it
+    text = "---\ndescription: d\n\nmode: a\x07b\ntools: []\n---\nDo it.\n"
+    data = text.replace("\n", newline).encode()
     assert refusal(data) == (
         "4: invalid YAML: unacceptable character #x0007: special characters are not allowed"
     )
