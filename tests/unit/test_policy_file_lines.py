@@ -3,8 +3,10 @@ and a policy file's refusals naming the file, the line and the rule."""
 
 from __future__ import annotations
 
+import locale
 import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -302,9 +304,77 @@ def test_a_missing_policy_file_is_named(tmp_path: Path) -> None:
         ),
         ('["rule"]\naction = "deny"\n', "{path}:1: 'rule' must be written as [[rule]] tables"),
         ("[protected.x]\n", "{path}:1: must be a list of path globs, not {{'x': {{}}}}"),
+        (  # a dotted table header points at its first part's line
+            "# paths\n[protected.x]\n",
+            "{path}:2: must be a list of path globs, not {{'x': {{}}}}",
+        ),
+        ('# paths\n["secret"]\n', "{path}:2: must be a list of path globs, not {{}}"),
+        (
+            "\n\n[X11]\n",
+            "{path}:3: unknown key 'X11'; a policy file holds only [[rule]] tables and the path "
+            "lists protected = [...] and secret = [...]",
+        ),
+        (  # a dotted key the line scanner cannot read points at line 1
+            "colour.shade = 1\n",
+            "{path}:1: unknown key 'colour'; a policy file holds only [[rule]] tables and the path "
+            "lists protected = [...] and secret = [...]",
+        ),
+        (  # a later rule's error points at its own header, not the first rule's
+            '[[rule]]\naction = "deny"\ntool = "a"\n\n[[rule]]\naction = "deny"\n',
+            "{path}:5: rule 2: a rule needs at least one of tool, argv, path "
+            '(use tool = "*" to match every call)',
+        ),
+        (  # a line in a multi-line string that reads like a key is not where the key is
+            '[[rule]]\ntool = "a"\nreason = """\naction = "deny" is for CI\n"""\n',
+            "{path}:1: rule 1: action must be one of allow, ask, deny, not None",
+        ),
     ],
 )
 def test_a_policy_file_is_refused_naming_the_line_and_the_rule(
     tmp_path: Path, text: str, message: str
 ) -> None:
     refused(tmp_path, text, message)
+
+
+@pytest.mark.parametrize("header", ['[["rule"]]', "[['rule']]", '[[ "rule" ]]'])
+def test_a_rule_under_a_quoted_header_is_placed_at_its_own_header(
+    tmp_path: Path, header: str
+) -> None:
+    first = '[[rule]]\naction = "deny"\ntool = "a"\n\n'
+    refused(
+        tmp_path,
+        f'{first}{header}\naction = "deny"\ncolour = 1\n',
+        "{path}:7: rule 2: unknown key 'colour'; allowed keys: action, tool, argv, path, reason",
+    )
+    refused(
+        tmp_path,
+        f'{first}{header}\naction = "deny"\n',
+        "{path}:5: rule 2: a rule needs at least one of tool, argv, path "
+        '(use tool = "*" to match every call)',
+    )
+    path = write(tmp_path, f'{first}{header}\naction = "ask"\ntool = "b"\n')
+    assert [rule.origin for rule in load_policy(path).rules] == [f"{path}:1", f"{path}:5"]
+
+
+def test_an_unreadable_policy_file_is_refused_naming_the_file_and_why(tmp_path: Path) -> None:
+    path = tmp_path / "policy.toml"
+    path.write_bytes(b'[[rule]]\nreason = "\xff"\n')
+    message = (
+        f"{path}: cannot read policy file: 'utf-8' codec can't decode byte 0xff in position 19: "
+        "invalid start byte"
+    )
+    with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):
+        load_policy(path)
+
+
+def test_a_policy_file_is_read_as_utf8_whatever_the_locale(tmp_path: Path) -> None:
+    if sys.flags.utf8_mode:
+        pytest.skip("in UTF-8 mode every locale reads files as UTF-8")
+    path = write(tmp_path, '[[rule]]\naction = "deny"\ntool = "*"\nreason = "café only"\n')
+    saved = locale.setlocale(locale.LC_CTYPE)
+    locale.setlocale(locale.LC_CTYPE, "C")  # ASCII: "é" cannot be decoded in this locale
+    try:
+        [rule] = load_policy(path).rules
+    finally:
+        locale.setlocale(locale.LC_CTYPE, saved)
+    assert rule.reason == "café only"
