@@ -175,3 +175,22 @@ def test_a_deny_rule_of_the_user_is_kept(tmp_path: Path) -> None:
     )
     assert decision.action == "deny"
     assert decision.rule.startswith("p:1")
+
+
+def test_a_protected_path_spelled_absolute_inside_the_workspace_is_held_the_same(
+    tmp_path: Path,
+) -> None:
+    def decide(tool: str, effect: str, path: str) -> tuple[str, str]:
+        decision = gate().decide(
+            tool,
+            effect,
+            {"path": str(tmp_path / path), "content": "x"},
+            mode=Mode.AUTO,
+            workspace=tmp_path,
+        )
+        return decision.action, decision.rule
+
+    assert decide("write_file", "write", ".keel/policy.toml") == ("deny", "protected")
+    assert decide("write_file", "write", ".git/HEAD") == ("ask", "git")
+    assert decide("read_file", "read", ".env") == ("ask", "secret")
+    assert decide("write_file", "write", "src/app.py") == ("allow", "test:1 allow *")
