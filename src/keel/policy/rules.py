@@ -458,7 +458,6 @@ class _LineIndex:
             if _RULE_HEADER.match(line):
                 self._rules.append(number)
                 self._rule_keys.append({})
-                self._top.setdefault("rule", number)
                 section = "rule"
             elif header := _TABLE_HEADER.match(line):
                 self._top.setdefault(header.group(1).strip("\"'").split(".")[0], number)
