@@ -5,7 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from keel.core.text import MAX_DEPTH, printable, valid_data, valid_text
+import pytest
+
+from keel.core.errors import UsageError
+from keel.core.text import (
+    MAX_DEPTH,
+    check_storable,
+    has_lone_surrogate,
+    printable,
+    valid_data,
+    valid_text,
+)
 
 
 def test_valid_text_is_left_alone_and_counted_as_nothing_replaced() -> None:
@@ -44,3 +54,19 @@ def test_keys_are_made_valid_too_and_other_keys_are_kept() -> None:
 def test_a_reason_line_is_cut_at_500_characters() -> None:
     assert printable("x" * 500) == "x" * 500
     assert printable("x" * 501) == "x" * 499 + "…"
+
+
+def test_a_named_text_with_a_lone_surrogate_is_refused_with_the_code_point_and_the_fix() -> None:
+    with pytest.raises(UsageError) as refused:
+        check_storable("the goal", "fix a\ud83db")
+    assert str(refused.value) == (
+        "the goal contains a lone surrogate (U+D83D), which is not text UTF-8 can hold; "
+        "send valid Unicode"
+    )
+
+
+def test_non_ascii_text_without_a_lone_surrogate_is_storable() -> None:
+    for text in ("café", "naïve ☕", "emoji \U0001f600", "日本語"):
+        assert not has_lone_surrogate(text)
+        check_storable("the goal", text)
+    assert has_lone_surrogate("caf\udce9")
