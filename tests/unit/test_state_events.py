@@ -188,6 +188,36 @@ def test_a_repetition_keeps_the_no_progress_mark_and_a_change_of_course_drops_it
     assert changed.no_progress_step is None
 
 
+def test_a_success_without_a_tool_is_recorded_under_an_empty_tool_name() -> None:
+    state = Log().add(EventType.TOOL_FINISHED, call_id="c1")
+    assert state.recent_errors == ("",)
+    assert state.recent_calls == (":null",)
+
+
+def test_the_same_call_failing_with_another_error_keeps_the_no_progress_mark() -> None:
+    log = Log()
+    for _ in range(3):
+        log.add(EventType.TOOL_FAILED, call_id="c", tool="read_file", arguments={}, message="boom")
+    log.add(EventType.NO_PROGRESS_DETECTED)
+    again = log.add(
+        EventType.TOOL_FAILED, call_id="d", tool="read_file", arguments={}, message="other"
+    )
+    assert again.no_progress_step == 0
+
+
+def test_a_different_successful_call_ends_a_streak_of_errors_whatever_they_said() -> None:
+    # A success carries no error, so it continues no streak of errors, whatever text
+    # the tool failed with (placeholder-like texts included).
+    for message in ("boom", "XXXX", "None", "error: file not found"):
+        log = Log()
+        for n in range(3):
+            log.add(EventType.TOOL_FAILED, call_id=f"c{n}", tool=f"t{n}", message=message)
+        log.add(EventType.NO_PROGRESS_DETECTED)
+        assert log.state.no_progress_step == 0
+        done = log.add(EventType.TOOL_FINISHED, call_id="d", tool="other", arguments={})
+        assert done.no_progress_step is None, message
+
+
 def test_an_error_after_a_success_is_no_repetition_of_the_earlier_error() -> None:
     log = Log()
     log.add(EventType.TOOL_FAILED, call_id="c", tool="a", arguments={}, message="boom")
