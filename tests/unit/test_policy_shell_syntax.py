@@ -20,6 +20,9 @@ def words(text: str) -> list[tuple[str, ...]]:
         ("((a) b)", 6),
         ("('a\\')", 5),  # no escapes inside single quotes
         ('("a\\"b")', 7),  # but inside double quotes
+        ('("")', 3),  # an empty quoted string ends at its second quote
+        ('("\\a")', 5),  # a backslash in double quotes escapes one character only
+        ("(\\a)", 3),  # and so does one outside quotes
         ('(a "b', None),
         ("(a (b)", None),
     ],
@@ -39,12 +42,22 @@ def test_an_unbalanced_backquote_keeps_the_rest_as_the_word() -> None:
     script = read_script("echo `ls -l")
     assert words("echo `ls -l") == [("echo", "`ls -l")]
     assert (script.nested, script.opaque) == ((), ("unbalanced backquote",))
+    escaped = read_script("echo `a\\`")  # the last backquote is escaped: nothing closes
+    assert (escaped.nested, escaped.opaque) == ((), ("unbalanced backquote",))
+
+
+def test_in_backquotes_a_backslash_escapes_only_backquote_backslash_and_dollar() -> None:
+    script = read_script("echo `a\\Xb \\$c`")
+    assert script.nested == ("a\\Xb $c",)
 
 
 def test_an_unbalanced_expansion_runs_to_the_end() -> None:
     script = read_script("echo $((1+2")
     assert words("echo $((1+2") == [("echo", "$((1+2")]
     assert script.opaque == ("arithmetic expansion $((...))", "unbalanced parentheses or braces")
+    # to the very end: a last character is part of the word, not an operator or a quote
+    assert words("echo $(ls;") == [("echo", "$(ls;")]
+    assert read_script("echo $(ls '").opaque == ("unbalanced parentheses or braces",)
 
 
 def test_control_operators_separate_commands() -> None:
@@ -59,6 +72,16 @@ def test_a_subshell_is_a_script_of_its_own_and_what_follows_is_read_on() -> None
     arithmetic = read_script("((x++)); y")
     assert (arithmetic.nested, arithmetic.opaque) == ((), ("arithmetic command ((...))",))
     assert words("((x++)); y") == [("y",)]
+    # each parenthesis is judged where it stands, not by how the string starts
+    later = read_script("((x)); (rm y)")
+    assert later.nested == ("rm y",)
+    assert later.opaque == (
+        "arithmetic command ((...))",
+        "parentheses (a subshell or function definition)",
+    )
+    assert read_script("a; ((x))").opaque == ("arithmetic command ((...))",)
+    # what follows the closing parenthesis is read on: here a redirection, not a command
+    assert words("(ls)>out; pwd") == [("pwd",)]
     unbalanced = read_script("(ls; b")
     assert unbalanced.commands == () and unbalanced.opaque == (
         "parentheses (a subshell or function definition)",
