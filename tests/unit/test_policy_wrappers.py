@@ -47,6 +47,7 @@ def run(line: str) -> Unwrapped | None:
         ("sudo make", Unwrapped(argv=("make",))),
         ("sudo -u bob", Unwrapped()),
         ("sudo FOO=1 make", Unwrapped(argv=("make",), env=("FOO=1",))),
+        ("sudo A=1 B=2 make", Unwrapped(argv=("make",), env=("A=1", "B=2"))),
         ("sudo -u bob -D /srv make", Unwrapped(argv=("make",), cwd="/srv")),
         ("sudo --chdir=/srv make", Unwrapped(argv=("make",), cwd="/srv")),
         ("doas make", Unwrapped(argv=("make",))),
@@ -60,6 +61,7 @@ def run(line: str) -> Unwrapped | None:
         ("env -C sub make", Unwrapped(argv=("make",), cwd="sub")),
         ("env --chdir=sub make", Unwrapped(argv=("make",), cwd="sub")),
         ("env -S A=1_make x", Unwrapped(argv=("x",), env=("A=1_make",))),
+        ("env --default-signal=INT make", Unwrapped(argv=("make",))),  # a value, not a command
         ("flock /tmp/l make", Unwrapped(argv=("make",))),
         ("flock -c make /tmp/l", Unwrapped(shell="make")),
         ("flock /tmp/l -c make", Unwrapped(shell="make")),
