@@ -102,6 +102,7 @@ def test_read_only_uses(argv: tuple[str, ...]) -> None:
     "argv",
     [
         ("branch", "--set-upstream-to=origin/main"),
+        ("branch", "--set-upstream-to=origin/a=b"),  # the option's name ends at the first =
         ("branch", "-vd"),
         ("branch", "--", "--list"),
         ("branch", "--", "-weird"),

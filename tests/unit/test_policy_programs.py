@@ -35,6 +35,9 @@ STDIN = "reads its program from standard input"
         (["-u"], STDIN),
         (["--", "x.py"], None),
         (["--"], "reads from standard input"),
+        (["-", "x.py"], STDIN),  # the program comes from standard input, x.py is its argument
+        # after a long option and its value, the options are still read
+        (["-u", "--check-hash-based-pycs", "always", "-c", "x"], "runs inline code (-c)"),
     ],
 )
 def test_which_python_calls_run_code_no_file_names(args: list[str], why: str | None) -> None:
@@ -59,8 +62,23 @@ def test_which_perl_calls_run_code_no_file_names(args: list[str], why: str | Non
 @pytest.mark.parametrize(
     ("args", "why"),
     [
+        (["--require", "./hook.js", "-e", "x"], "runs inline code (-e)"),
+        (["--no-warnings", "--require", "./hook.js", "-e", "x"], "runs inline code (-e)"),
+        (["--require=./hook.js", "-e", "x"], "runs inline code (-e)"),
+        (["--eval=a=1", "app.js"], "runs inline code (--eval)"),  # the name ends at the first =
+        (["--require", "./hook.js", "app.js"], None),
+    ],
+)
+def test_which_node_calls_run_code_no_file_names(args: list[str], why: str | None) -> None:
+    assert inline_code(INTERPRETERS["node"], args) == why
+
+
+@pytest.mark.parametrize(
+    ("args", "why"),
+    [
         (["-NoProfile", "-Command", "Get-Date"], "runs inline code (-Command)"),
         (["-c:ls"], "runs inline code (-c:ls)"),
+        (["-c:Get-Item c:/x", "x.ps1"], "runs inline code (-c:Get-Item c:/x)"),  # name ends at :
         (["-File", "x.ps1"], None),
         (["-Version"], None),
         (["x.ps1"], None),
@@ -109,6 +127,12 @@ SYSTEM = "program may run commands (system() or a pipe)"
         (["-e", 'BEGIN { system("x") }', "-f", "p.awk"], SYSTEM),
         (["-f", "p.awk", "-e", '{ print | "sh" }'], SYSTEM),
         (["-fp.awk", "-e", "{ print }", "system.log"], None),
+        # a program file named in the same argument does not hide the -e after it
+        (["-fp.awk", "-e", 'BEGIN { system("x") }'], SYSTEM),
+        (["--file=p.awk", "-e", '{ print | "sh" }'], SYSTEM),
+        # nor does a --source= program hide the programs after it
+        (["--source={ print }", "-e", 'BEGIN { system("x") }'], SYSTEM),
+        (["-v", "a=1", "--source={ print }", "-e", 'BEGIN { system("x") }'], SYSTEM),
         (["-f", "p.awk", '{ system("x") }'], None),  # after -f, an operand is a data file
         (["-", "system.log"], None),
         ([], None),
