@@ -92,3 +92,41 @@ def test_a_subshell_is_a_script_of_its_own_and_what_follows_is_read_on() -> None
 def test_and_and_or_inside_a_test_are_not_command_separators() -> None:
     assert words("if [[ a && b ]]; then c; fi") == [("c",)]
     assert words("[[ -f x || -d x ]] && ls") == [("ls",)]
+
+
+def test_a_command_after_a_dollar_single_quote_is_read_as_bash_reads_it() -> None:
+    # bash, zsh, ksh (and POSIX.1-2024) read $'\'' as one quote character: the commands
+    # after it run, and must not be read as the inside of a quoted word
+    text = "echo $'\\'' ; rm -rf x ; echo \\'"
+    script = read_script(text)
+    assert [c.words for c in script.commands] == [
+        ("echo", "$'\\''"),
+        ("rm", "-rf", "x"),
+        ("echo", "'"),
+    ]
+    assert script.opaque == ("dollar-single-quotes $'...' (shells read them differently)",)
+
+
+def test_a_command_dash_runs_after_a_dollar_single_quote_is_read_too() -> None:
+    # dash reads $'\' as $ then '\': `rm -rf x` runs there, and bash reads it as quoted text
+    text = "echo $'\\' ; rm -rf x ; echo '\\'"
+    script = read_script(text)
+    assert [c.words for c in script.commands] == [("echo", "$'\\' ; rm -rf x ; echo ''")]
+    assert [c.words for c in read_script(script.nested[-1]).commands] == [
+        ("echo", "$\\"),
+        ("rm", "-rf", "x"),
+        ("echo", "\\"),
+    ]
+    assert "dollar-single-quotes $'...' (shells read them differently)" in script.opaque
+
+
+def test_a_dollar_quote_without_escapes_is_the_text_bash_reads() -> None:
+    script = read_script("git push $'--force' $\"--all\"")
+    assert [c.words for c in script.commands] == [("git", "push", "--force", "--all")]
+    assert script.nested == ()
+    assert script.opaque == (
+        "dollar-single-quotes $'...' (shells read them differently)",
+        'locale translation $"..."',
+    )
+    inside = read_script("echo \"$'a'\"")  # in double quotes, $' is a dollar and a quote
+    assert ([c.words for c in inside.commands], inside.opaque) == ([("echo", "$'a'")], ())

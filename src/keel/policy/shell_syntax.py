@@ -9,7 +9,9 @@ redirections (``>f``, ``2>&1``, ``<f``), comments, reserved words (``if``,
 What the shell would compute before running anything makes the script *opaque*:
 command substitution (``$(...)`` and backquotes), process substitution
 (``<(...)``), parentheses (subshells, function definitions, arithmetic), here-
-documents and unbalanced quotes. Their text is kept raw in the word (so a
+documents and unbalanced quotes; so do ``$'...'`` and ``$"..."``, which shells read
+differently (bash's reading is taken, and dash's too when a quote ends elsewhere
+there). Their text is kept raw in the word (so a
 computed command name still looks computed: it holds ``$`` or a backquote), and
 the bodies of substitutions and subshells are returned as ``nested`` scripts so
 the commands inside them can be read too. Nothing here raises: any text reads as
@@ -51,9 +53,16 @@ def read_script(text: str) -> ShellScript:
     """Read ``text`` as ``sh -c`` would split it; see the module docstring. Never raises."""
     scanner = _Scanner(text)
     scanner.scan()
+    nested = scanner.nested
+    if scanner.dash_differs:  # also the commands a shell without ``$'...'`` would run
+        parts, at = [], 0
+        for start in scanner.dollar_quotes:
+            parts += [text[at:start], "\\"]  # ``\$'...'``: a dollar, then a plain '...'
+            at = start
+        nested = [*nested, "".join([*parts, text[at:]])]
     return ShellScript(
         commands=tuple(scanner.commands()),
-        nested=tuple(scanner.nested),
+        nested=tuple(nested),
         opaque=tuple(scanner.opaque),
     )
 
@@ -112,6 +121,8 @@ class _Scanner:
         self.plain: int | None = None  # where the first quoted or escaped part begins
         self.redirect: str | None = None  # what the next word is: "target" or "heredoc[-]"
         self.heredocs: list[tuple[str, bool]] = []  # (delimiter, strip leading tabs)
+        self.dollar_quotes: list[int] = []  # where each ``$'`` read as a quote starts
+        self.dash_differs = False  # one of them ends elsewhere in a shell reading ``$`` '...'
 
     def flag(self, reason: str) -> None:
         if reason not in self.opaque:
@@ -168,6 +179,11 @@ class _Scanner:
                 self.quote(c)
             elif c == "`":
                 self.backquote()
+            elif text.startswith("$'", self.i):
+                self.dollar_single_quote()
+            elif text.startswith('$"', self.i):
+                self.flag('locale translation $"..."')
+                self.i += 1  # bash reads the double-quoted string (translated: as is in C)
             elif c == "$":
                 self.dollar()
             elif c in "<>" and text.startswith("(", self.i + 1):
@@ -236,6 +252,28 @@ class _Scanner:
         self.flag("command substitution `...`")
         self.nested.append("".join(body))
         self.add(text[self.i : j + 1])
+        self.i = j + 1
+
+    def dollar_single_quote(self) -> None:
+        """``$'...'`` as bash, zsh, ksh and POSIX.1-2024 read it: a backslash escapes the
+        next character, a quote too. dash reads ``$`` and a plain '...' (read_script also
+        reads the text that way when the quote would end elsewhere). Without escapes the
+        word is the text; with them it stays raw, so it holds ``$`` (computed)."""
+        text, n, start = self.text, len(self.text), self.i
+        self.flag("dollar-single-quotes $'...' (shells read them differently)")
+        self.dollar_quotes.append(start)
+        j = start + 2
+        while j < n and text[j] != "'":
+            j += 2 if text[j] == "\\" else 1
+        if j >= n:
+            self.dash_differs = self.dash_differs or "'" in text[start + 2 :]
+            self.flag("unbalanced quotes")
+            self.add(text[start:], quoted=True)
+            self.i = n
+            return
+        body = text[start + 2 : j]
+        self.dash_differs = self.dash_differs or "'" in body
+        self.add(text[start : j + 1] if "\\" in body else body, quoted=True)
         self.i = j + 1
 
     def dollar(self) -> None:
