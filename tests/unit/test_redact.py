@@ -394,16 +394,57 @@ def test_held_values_are_kept_longest_first() -> None:
     assert Redactor((("A", "zz"), ("B", "aaaa"))).secrets == (("B", "aaaa"), ("A", "zz"))
 
 
-def test_a_held_value_is_replaced_where_it_starts_first() -> None:
+def test_a_held_value_is_replaced_where_it_starts_first_and_an_overlapping_one_after_it() -> None:
     redactor = Redactor((("C", "cdef"), ("A", "abcd")))
-    assert redactor.scrub_text("abcdef") == "[redacted:A]ef"
+    assert redactor.scrub_text("abcdef") == "[redacted:A][redacted:C]"
+    assert redactor.scrub_text("abcd cdef") == "[redacted:A] [redacted:C]"
 
 
-def test_values_sharing_a_prefix_are_each_replaced_whole() -> None:
-    redactor = Redactor((("A", "ab"), ("C", "abc"), ("D", "abd")))
-    assert redactor.scrub_text("x abd y abc ab") == "x [redacted:D] y [redacted:C] [redacted:A]"
+def test_overlapping_held_values_leave_no_part_of_either_on_record() -> None:
+    redactor = Redactor((("A_TOKEN", "hunter22"), ("B_TOKEN", "22SuperSecretValue")))
+    text = "login hunter22SuperSecretValue now"
+    assert redactor.scrub_text(text) == "login [redacted:A_TOKEN][redacted:B_TOKEN] now"
+    assert redactor.secrets_in(text) == ("A_TOKEN", "B_TOKEN")
 
 
-def test_a_url_whose_password_was_redacted_already_keeps_its_marker() -> None:
-    text = "https://u:[redacted:DB_PASSWORD]@db/x"
-    assert Redactor(()).scrub_text(text) == text
+def test_a_value_inside_a_longer_held_value_is_redacted_with_it() -> None:
+    redactor = Redactor((("INNER", "SECRET9"), ("OUTER", "xSECRET9x")))
+    assert redactor.scrub_text("<xSECRET9x>") == "<[redacted:OUTER]>"
+    assert redactor.secrets_in("<xSECRET9x> SECRET9") == ("OUTER", "INNER")
+
+
+def test_values_overlapping_across_split_patterns_are_both_redacted() -> None:
+    # 600 prefix-chained values are compiled as several patterns; a value that overlaps
+    # the start of a chained one is redacted with it wherever either was compiled.
+    chain = ["k7" * n for n in range(3, 603)]
+    pairs = (*((f"C{n}_KEY", v) for n, v in enumerate(chain)), ("Z_KEY", "Zk7k7k7"))
+    redactor = Redactor(pairs)
+    assert redactor.scrub_text("<Zk7k7k7k7k7>") == "<[redacted:Z_KEY][redacted:C2_KEY]>"
+    assert redactor.secrets_in("<Zk7k7k7k7k7>") == ("Z_KEY", "C2_KEY")
+
+
+def test_one_pattern_holds_values_nested_up_to_the_limit_and_deeper_ones_are_halved() -> None:
+    # "x", "xx", ... : each value but the longest ends where a longer one goes on, one
+    # group per value, so 101 values nest exactly _MAX_NESTING = 100 groups deep.
+    at_limit = Redactor(tuple((f"X{k}_KEY", "x" * k) for k in range(1, 102)))
+    assert len(at_limit._patterns) == 1
+    deeper = Redactor(tuple((f"X{k}_KEY", "x" * k) for k in range(1, 103)))
+    assert len(deeper._patterns) == 2
+    assert (
+        deeper.scrub_text("<" + "x" * 102 + "> <x>") == "<[redacted:X102_KEY]> <[redacted:X1_KEY]>"
+    )
+    chain = Redactor(tuple((f"C{n}_KEY", "k7" * n) for n in range(3, 603)))
+    assert len(chain._patterns) == 8  # halved: 600 values, 300, 150, then 8 of 75
+
+
+def test_values_each_a_one_character_extension_of_the_last_still_compile_and_scrub() -> None:
+    redactor = Redactor(tuple((f"X{k}_KEY", "x" * k) for k in range(1, 601)))
+    assert redactor.scrub_text("<" + "x" * 600 + ">") == "<[redacted:X600_KEY]>"
+    assert redactor.scrub_text("<xxx>") == "<[redacted:X3_KEY]>"
+
+
+def test_values_branching_in_two_at_every_character_still_compile_and_scrub() -> None:
+    # "z", "qz", "qqz", ...: every node of the trie has two branches, 600 deep.
+    redactor = Redactor(tuple((f"Q{i}_KEY", "q" * i + "z") for i in range(600)))
+    assert redactor.scrub_text("<" + "q" * 599 + "z>") == "<[redacted:Q599_KEY]>"
+    assert redactor.scrub_text("<qqz>") == "<[redacted:Q2_KEY]>"

@@ -6,7 +6,9 @@ What a `Redactor` replaces, wherever it appears in text it is given:
   (`environment_secrets`: values of variables whose names look secret — ``*KEY*``,
   ``*TOKEN*``, ``*SECRET*``, ``*PASSWORD*``, ``*PASSWD*``, ``*CREDENTIAL*`` — at least
   six characters long) and from ``.env`` files (`dotenv_secrets`: the same, plus any
-  value shaped like a credential whatever its name, see `looks_like_credential`);
+  value shaped like a credential whatever its name, see `looks_like_credential`).
+  Where values overlap (``abcd`` and ``cdef`` in ``abcdef``) each is redacted whole:
+  ``[redacted:A][redacted:C]``, no part of either left;
 - credentials inside URLs, known or not: ``scheme://user:PASSWORD@host`` keeps scheme,
   user and host and becomes ``scheme://user:[redacted]@host``; a user part with no
   password that is itself shaped like a token (``https://ghp_…@github.com``) becomes
@@ -199,9 +201,17 @@ class Redactor:
         """``text`` with URL credentials and every held value replaced (one pass each)."""
         if _may_hold_url(text):
             text = _URL_USERINFO.sub(_redact_userinfo, text)
-        for pattern in self._patterns:
-            text = pattern.sub(self._marker, text)
-        return text
+        held = self._held(text)
+        if not held:
+            return text
+        parts: list[str] = []
+        done = 0  # where the text not yet copied starts
+        for start, end in held:
+            parts.append(text[done:start])
+            parts.append(f"[redacted:{self._names[text[start:end]]}]")
+            done = end
+        parts.append(text[done:])
+        return "".join(parts)
 
     def scrub(self, value: Any) -> Any:
         """``value`` (JSON data, keys included) with every secret replaced.
@@ -232,13 +242,33 @@ class Redactor:
             for match in _URL_USERINFO.finditer(text):
                 if _redact_userinfo(match) != match[0]:
                     found[URL_CREDENTIAL] = None
-        for pattern in self._patterns:
-            for match in pattern.finditer(text):
-                found[self._names[match[0]]] = None
+        for start, end in self._held(text):
+            found[self._names[text[start:end]]] = None
         return tuple(found)
 
-    def _marker(self, match: re.Match[str]) -> str:
-        return f"[redacted:{self._names[match[0]]}]"
+    def _held(self, text: str) -> list[tuple[int, int]]:
+        """Where held values lie in ``text``: ``(start, end)`` of the longest value starting
+        at each place, leaving out those inside an earlier one, in order.
+
+        Values may overlap (``abcd`` and ``cdef`` in ``abcdef``): each is then redacted,
+        the later from where the earlier ends, so no part of either stays on record. The
+        answer is the same however the values are split among the compiled patterns.
+        """
+        longest: dict[int, int] = {}
+        for pattern in self._patterns:
+            for match in pattern.finditer(text):  # zero-width: every start, overlaps too
+                start, end = match.span(1)
+                if end > longest.get(start, start):
+                    longest[start] = end
+        held: list[tuple[int, int]] = []
+        reached = 0  # where the held values found so far end
+        for start in sorted(longest):
+            end = longest[start]
+            if end <= reached:
+                continue  # inside a value already held
+            held.append((start, end))
+            reached = end
+        return held
 
 
 def without_secrets(environ: Mapping[str, str]) -> dict[str, str]:
@@ -305,7 +335,7 @@ def _compile_values(values: list[str]) -> tuple[re.Pattern[str], ...]:
     if len(values) > 1 and _nesting(trie) > _MAX_NESTING:
         half = len(values) // 2
         return _compile_values(values[:half]) + _compile_values(values[half:])
-    return (re.compile(_source(trie)),)
+    return (re.compile(f"(?=({_source(trie)}))"),)  # a lookahead: overlapping values too
 
 
 def _trie(values: list[str]) -> _Trie:
