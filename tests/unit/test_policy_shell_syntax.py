@@ -70,11 +70,12 @@ def test_a_subshell_is_a_script_of_its_own_and_what_follows_is_read_on() -> None
     assert script.nested == ("cd x; ls",)
     assert script.opaque == ("parentheses (a subshell or function definition)",)
     arithmetic = read_script("((x++)); y")
-    assert (arithmetic.nested, arithmetic.opaque) == ((), ("arithmetic command ((...))",))
+    assert arithmetic.nested == ("(x++)",)  # dash runs ((...)) as two subshells
+    assert arithmetic.opaque == ("arithmetic command ((...))",)
     assert words("((x++)); y") == [("y",)]
     # each parenthesis is judged where it stands, not by how the string starts
     later = read_script("((x)); (rm y)")
-    assert later.nested == ("rm y",)
+    assert later.nested == ("(x)", "rm y")
     assert later.opaque == (
         "arithmetic command ((...))",
         "parentheses (a subshell or function definition)",
@@ -130,3 +131,17 @@ def test_a_dollar_quote_without_escapes_is_the_text_bash_reads() -> None:
     )
     inside = read_script("echo \"$'a'\"")  # in double quotes, $' is a dollar and a quote
     assert ([c.words for c in inside.commands], inside.opaque) == ([("echo", "$'a'")], ())
+
+
+def test_double_parentheses_that_run_commands_are_read() -> None:
+    # dash has no ((...)) command: these are subshells, and `rm -rf x` runs
+    assert [c.words for c in read_script(read_script("((rm -rf x))").nested[0]).commands] == []
+    assert read_script(read_script("((rm -rf x))").nested[0]).nested == ("rm -rf x",)
+    # bash too runs them when the inner parenthesis is not closed by "))"
+    assert read_script("((rm -rf x) )").nested == ("(rm -rf x) ",)
+    substituted = read_script("echo $((rm -rf x) )")
+    assert substituted.nested == ("(rm -rf x) ",)
+    assert substituted.opaque == ("arithmetic expansion $((...))", "command substitution $(...)")
+    assert words("echo $((rm -rf x) )") == [("echo", "$((rm -rf x) )")]
+    plain = read_script("echo $((1 + (2 * 3)))")  # arithmetic: nothing runs
+    assert (plain.nested, plain.opaque) == ((), ("arithmetic expansion $((...))",))

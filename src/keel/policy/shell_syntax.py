@@ -280,7 +280,12 @@ class _Scanner:
         text, i = self.text, self.i
         if text.startswith("$((", i):
             self.flag("arithmetic expansion $((...))")
-            self.raw_until(closing(text, i + 1))
+            end, inner = closing(text, i + 1), closing(text, i + 2)
+            if end is not None and inner is not None and inner + 1 != end:
+                # bash: ``$((a) b)`` (no ``))``) substitutes the output of a subshell
+                self.flag("command substitution $(...)")
+                self.nested.append(text[i + 2 : end])
+            self.raw_until(end)
         elif text.startswith("$(", i):
             self.substitution(i + 1, "command substitution $(...)")
         elif text.startswith("${", i):
@@ -333,8 +338,8 @@ class _Scanner:
             self.flag("arithmetic command ((...))")
         else:
             self.flag("parentheses (a subshell or function definition)")
-            if end is not None:
-                self.nested.append(text[self.i + 1 : end])
+        if end is not None:  # read ``((...))`` too: subshells in dash, and in bash without ``))``
+            self.nested.append(text[self.i + 1 : end])
         self.op(";")
         if end is None:
             self.flag("unbalanced parentheses")
