@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from keel.policy.commands import normalise_command, writes_git
 from keel.policy.programs import INTERPRETERS, awk_runs, find_runs, inline_code
 
 PYTHON, PERL, PWSH = INTERPRETERS["python"], INTERPRETERS["perl"], INTERPRETERS["pwsh"]
@@ -154,7 +155,42 @@ def test_which_awk_programs_may_run_commands(args: list[str], why: str | None) -
         ([".", "-okdir", "echo", "{}", ";", "-print"], [("echo", "{}")]),
         ([".", "-exec", "rm", "-rf", "{}"], [("rm", "-rf", "{}")]),
         ([".", "-name", "x"], []),
+        ([".", "-exec", ";", "-exec", "ls", ";"], [(), ("ls",)]),  # an empty command ends at once
     ],
 )
 def test_the_commands_find_starts(args: list[str], runs: list[tuple[str, ...]]) -> None:
     assert find_runs(args) == runs
+
+
+@pytest.mark.parametrize(
+    ("args", "runs"),
+    [
+        # GNU and BSD find end -exec at a "+" only right after "{}": elsewhere it is an argument
+        (
+            [".", "-exec", "git", "--namespace", "+", "push", ";"],
+            [("git", "--namespace", "+", "push"), ("git", "--namespace")],
+        ),
+        # GNU's -ok and -okdir end only at ";"
+        (
+            [".", "-ok", "rm", "{}", "+", "-rf", "x", ";"],
+            [("rm", "{}", "+", "-rf", "x"), ("rm", "{}")],
+        ),
+        # busybox ends -exec at any "+": what follows is find's expression again
+        (
+            [".", "-exec", "echo", "{}", "x", "+", "-exec", "rm", "y", ";"],
+            [("echo", "{}", "x", "+", "-exec", "rm", "y"), ("echo", "{}", "x"), ("rm", "y")],
+        ),
+        ([".", "-exec", "wc", "{}", "+", "-exec", "ls", ";"], [("wc", "{}"), ("ls",)]),
+    ],
+)
+def test_find_commands_are_read_as_every_find_reads_them(
+    args: list[str], runs: list[tuple[str, ...]]
+) -> None:
+    assert find_runs(args) == runs
+
+
+def test_a_git_write_after_a_plus_that_is_no_terminator_is_seen() -> None:
+    argv = ["find", ".", "-maxdepth", "0", "-exec", "git", "--namespace", "+", "push", ";"]
+    view = normalise_command(argv, cwd=".")
+    assert ("git", "push") in [form.normal for form in view.forms]
+    assert writes_git(view)

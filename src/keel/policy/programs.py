@@ -12,7 +12,7 @@ is not opaque: it is a command like any other.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from keel.policy.git_commands import names
@@ -191,12 +191,34 @@ def awk_runs(args: Sequence[str]) -> str | None:
 
 
 def find_runs(args: Sequence[str]) -> list[tuple[str, ...]]:
-    """The commands of ``-exec``, ``-execdir``, ``-ok`` and ``-okdir``."""
+    """The commands of ``-exec``, ``-execdir``, ``-ok`` and ``-okdir``.
+
+    A command ends at ``;``, or at a ``+`` — but finds disagree on which ``+``: GNU and
+    BSD find end ``-exec`` and ``-execdir`` only at a ``+`` right after ``{}`` (elsewhere
+    it is an argument, and GNU's ``-ok`` and ``-okdir`` end only at ``;``), busybox at any
+    ``+``. The commands of both readings are listed (the second's after the first's, when
+    not among them), so none runs unseen whichever find runs them."""
+    whole = _find_reading(args, lambda action, before: action in _PLUS_ENDS and before == "{}")
+    cut = _find_reading(args, lambda action, before: True)
+    return whole + [run for run in cut if run not in whole]
+
+
+_FIND_ACTIONS = ("-exec", "-execdir", "-ok", "-okdir")
+_PLUS_ENDS = ("-exec", "-execdir")  # GNU: the actions a ``{} +`` ends
+
+
+def _find_reading(
+    args: Sequence[str], plus_ends: Callable[[str, str], bool]
+) -> list[tuple[str, ...]]:
+    """The commands find runs when a ``+`` ends an action's command if ``plus_ends(action,
+    the argument before it)``."""
     runs, i = [], 0
     while i < len(args):
-        if args[i] in ("-exec", "-execdir", "-ok", "-okdir"):
+        if args[i] in _FIND_ACTIONS:
             end = i + 1
-            while end < len(args) and args[end] not in (";", "+"):
+            while end < len(args) and not (
+                args[end] == ";" or (args[end] == "+" and plus_ends(args[i], args[end - 1]))
+            ):
                 end += 1
             runs.append(tuple(args[i + 1 : end]))
             i = end
