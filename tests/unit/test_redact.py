@@ -408,9 +408,16 @@ def test_overlapping_held_values_leave_no_part_of_either_on_record() -> None:
 
 
 def test_a_value_inside_a_longer_held_value_is_redacted_with_it() -> None:
-    redactor = Redactor((("INNER", "SECRET9"), ("OUTER", "xSECRET9x")))
+    redactor = Redactor((("INNER", "SECRET9"), ("OUTER", "xSECRET9x"), ("TAIL", "ySECRET9")))
     assert redactor.scrub_text("<xSECRET9x>") == "<[redacted:OUTER]>"
+    assert redactor.scrub_text("<ySECRET9>") == "<[redacted:TAIL]>"  # inside up to its end
     assert redactor.secrets_in("<xSECRET9x> SECRET9") == ("OUTER", "INNER")
+
+
+def test_held_values_are_redacted_from_the_very_first_character_of_a_text() -> None:
+    redactor = Redactor((("K", "7"), ("LONG_KEY", "k9-secret")))
+    assert redactor.scrub_text("7 and 7") == "[redacted:K] and [redacted:K]"
+    assert redactor.scrub_text("k9-secret!") == "[redacted:LONG_KEY]!"
 
 
 def test_values_overlapping_across_split_patterns_are_both_redacted() -> None:
