@@ -145,3 +145,25 @@ def test_double_parentheses_that_run_commands_are_read() -> None:
     assert words("echo $((rm -rf x) )") == [("echo", "$((rm -rf x) )")]
     plain = read_script("echo $((1 + (2 * 3)))")  # arithmetic: nothing runs
     assert (plain.nested, plain.opaque) == ((), ("arithmetic expansion $((...))",))
+
+
+def test_an_unbalanced_dollar_single_quote_is_read_as_dash_reads_it_too() -> None:
+    # bash: $'\' ; rm -rf x never closes; dash: $, '\', then `rm -rf x` runs
+    script = read_script("echo $'\\' ; rm -rf x")
+    assert words("echo $'\\' ; rm -rf x") == [("echo", "$'\\' ; rm -rf x")]
+    assert script.opaque == (
+        "dollar-single-quotes $'...' (shells read them differently)",
+        "unbalanced quotes",
+    )
+    assert script.nested == ("echo \\$'\\' ; rm -rf x",)
+    assert [c.words for c in read_script(script.nested[0]).commands] == [
+        ("echo", "$\\"),
+        ("rm", "-rf", "x"),
+    ]
+
+
+def test_a_dollar_quoted_word_is_no_reserved_word_nor_assignment() -> None:
+    assert words("$'then' x") == [("then", "x")]
+    assert [(c.assignments, c.words) for c in read_script("$'A=1' x").commands] == [
+        ((), ("A=1", "x"))
+    ]
