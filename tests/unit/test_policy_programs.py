@@ -137,6 +137,18 @@ SYSTEM = "program may run commands (system() or a pipe)"
         (["-f", "p.awk", '{ system("x") }'], None),  # after -f, an operand is a data file
         (["-", "system.log"], None),
         ([], None),
+        # a library or option name taking the next argument is no program: the one after is
+        (["-i", "inplace", 'BEGIN { system("x") }'], SYSTEM),
+        (["--include", "inplace", 'BEGIN { system("x") }'], SYSTEM),
+        (["-l", "filefuncs", 'BEGIN { system("x") }'], SYSTEM),
+        (["--load", "filefuncs", 'BEGIN { system("x") }'], SYSTEM),
+        (["-W", "interactive", 'BEGIN { system("x") }'], SYSTEM),
+        (["-i", "system.awk", "{ print }"], None),
+        # gawk -E names the program file (and ends the options): operands are data files
+        (["-E", "p.awk", "system.log"], None),
+        (["--exec", "p.awk", "system.log"], None),
+        (["--exec=p.awk", "system.log"], None),
+        (["-Ep.awk", "system.log"], None),
     ],
 )
 def test_which_awk_programs_may_run_commands(args: list[str], why: str | None) -> None:

@@ -150,20 +150,25 @@ def inline_code(grammar: Interpreter, args: Sequence[str]) -> str | None:
     return "reads its program from standard input"
 
 
+# gawk's -i/--include and -l/--load name a library, mawk's and gawk's -W an option: each
+# takes the next argument, which is not the program.
+_AWK_VALUED = ("-i", "--include", "-l", "--load", "-W")
+
+
 def awk_runs(args: Sequence[str]) -> str | None:
     """Why an awk program may run commands (``system()``, pipes), or None.
 
     Every ``-e``/``--source`` program is judged (gawk runs them all, with the ``-f``
     files, in order); the first operand is the program only when no ``-e`` or ``-f``
-    gave one. A program file is not read: it is a file like any other the command
-    names."""
+    gave one (``-E``/``--exec`` is gawk's ``-f`` that ends the options). A program file
+    is not read: it is a file like any other the command names."""
     i, programs, from_file = 0, [], False
     while i < len(args):
         arg = args[i]
-        if arg in ("-f", "--file"):
+        if arg in ("-f", "--file", "-E", "--exec"):
             from_file, i = True, i + 2
             continue
-        if arg.startswith(("--file=", "-f")):
+        if arg.startswith(("--file=", "-f", "--exec=", "-E")):
             from_file, i = True, i + 1
             continue
         if arg in ("-e", "--source"):
@@ -174,7 +179,7 @@ def awk_runs(args: Sequence[str]) -> str | None:
             programs.append(arg.removeprefix("--source="))
             i += 1
             continue
-        if arg in ("-F", "-v", "--assign", "--field-separator"):
+        if arg in ("-F", "-v", "--assign", "--field-separator", *_AWK_VALUED):
             i += 2
             continue
         if arg == "--":
