@@ -167,3 +167,11 @@ def test_a_dollar_quoted_word_is_no_reserved_word_nor_assignment() -> None:
     assert [(c.assignments, c.words) for c in read_script("$'A=1' x").commands] == [
         ((), ("A=1", "x"))
     ]
+
+
+def test_a_coprocess_and_zsh_precommand_modifiers_run_the_command_after_them() -> None:
+    assert words("coproc rm -rf x") == [("rm", "-rf", "x")]
+    assert words("coproc job { rm -rf x; }") == [("rm", "-rf", "x")]
+    assert words("coproc job while true; do rm -rf x; done") == [("true",), ("rm", "-rf", "x")]
+    assert words("noglob rm -rf *; nocorrect rm y") == [("rm", "-rf", "*"), ("rm", "y")]
+    assert words("'coproc' x; echo coproc") == [("coproc", "x"), ("echo", "coproc")]

@@ -27,6 +27,10 @@ _RESERVED_PREFIX = frozenset(
     ("!", "{", "}", "if", "then", "else", "elif", "fi", "do", "done", "while", "until", "esac")
 )
 _HEADERS = frozenset(("for", "select", "case"))  # ``for x in a b`` runs no command itself
+# run the command after them: bash's ``coproc [NAME]``, zsh's precommand modifiers
+_PRECOMMAND = frozenset(("coproc", "noglob", "nocorrect"))
+_PREFIX = _RESERVED_PREFIX | _PRECOMMAND
+_COMPOUND = _RESERVED_PREFIX | _HEADERS | {"[[", "function"}  # what ``coproc NAME`` may run
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\[[^]]*\])?\+?=")
 _CONTROL = ("&&", "||", ";;", ";&", "|&", ";", "|", "&")
 _REDIRECTS = ("<<<", "<<-", "<<", "<>", "<&", "&>>", "&>", ">>", ">&", ">|", "<", ">")
@@ -378,7 +382,13 @@ class _Scanner:
 
     def simple_command(self, words: list[tuple[str, int]]) -> ShellCommand | None:
         i = 0
-        while i < len(words) and _is_reserved(words[i], _RESERVED_PREFIX):
+        while i < len(words) and _is_reserved(words[i], _PREFIX):
+            if (
+                words[i][0] == "coproc"
+                and i + 2 < len(words)
+                and _is_reserved(words[i + 2], _COMPOUND)
+            ):
+                i += 1  # ``coproc NAME { ...; }``: NAME names the coprocess
             i += 1
         if i < len(words) and _is_reserved(words[i], _HEADERS):
             return None
