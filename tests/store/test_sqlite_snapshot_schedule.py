@@ -166,3 +166,45 @@ def test_a_second_process_rewrites_a_small_snapshot_once_its_text_outweighs_it(
     finally:
         first.close()
         second.close()
+
+
+def paused_and_resumed(store: SQLiteStore, state: RunState) -> RunState:
+    """Two status changes: the snapshot is rewritten at the second, the run's last seq."""
+    state, _ = append(store, state, [move(state, RunStatus.PAUSED, "lunch")])
+    state, _ = append(store, state, [move(state, RunStatus.RUNNING)])
+    return state
+
+
+def test_after_a_status_change_the_next_rewrite_is_due_snapshot_every_events_later(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "keel.db"
+    store = SQLiteStore(db)
+    try:
+        state = paused_and_resumed(store, make_run(store))
+        rewritten = state.last_seq
+        assert snapshot_seq(db, state.run_id) == rewritten == 3
+        state = write_calls(store, state, SNAPSHOT_EVERY // 2 - 1)  # two events a call
+        assert snapshot_seq(db, state.run_id) == rewritten  # not yet due
+        state = write_calls(store, state, 1, start=SNAPSHOT_EVERY)
+        assert snapshot_seq(db, state.run_id) == state.last_seq == rewritten + SNAPSHOT_EVERY
+    finally:
+        store.close()
+
+
+def test_after_a_status_change_a_large_snapshot_waits_again_for_as_much_event_text(
+    tmp_path: Path,
+) -> None:
+    """The rewrite a status change made counts its own size: a 60 kB snapshot is not
+    rewritten after SNAPSHOT_EVERY small events, only once their text outweighs it."""
+    db = tmp_path / "keel.db"
+    store = SQLiteStore(db)
+    try:
+        state = paused_and_resumed(store, make_run(store, goal="g" * 60_000))
+        rewritten = state.last_seq
+        assert snapshot_seq(db, state.run_id) == rewritten
+        state = write_calls(store, state, SNAPSHOT_EVERY)  # 2 x SNAPSHOT_EVERY events
+        assert snapshot_seq(db, state.run_id) == rewritten
+        assert store.load_run(state.run_id).to_dict() == state.to_dict()
+    finally:
+        store.close()
