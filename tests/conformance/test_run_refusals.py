@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from keel.core.errors import ConcurrentUpdate, LeaseHeld, LeaseLost, RunNotFound
-from keel.store.base import Store
+from keel.store.base import Lease, Store
 from keel.store.step import fold_step
 from keel.testing.stores import append, make_run, model_step, reopened
 
@@ -34,6 +34,10 @@ def test_every_read_or_write_of_an_unknown_run_names_it(store: Store) -> None:
         lambda: store.current_run_lease("run_nope"),
         lambda: store.child_runs("run_nope"),
         lambda: store.put_artifact("run_nope", "log", b"x"),
+        lambda: make_run(store, parent_id="run_nope"),
+        lambda: store.renew_run_lease(
+            Lease(subject="run_nope", owner="a", token="t", expires_at=datetime.now(UTC)), ttl=5
+        ),
     ):
         with refused(RunNotFound, not_found("run_nope")) as err:
             call()
@@ -121,9 +125,31 @@ def test_runs_are_listed_a_hundred_at_a_time_by_default(store: Store) -> None:
 
 def test_a_cold_store_claims_and_reads_runs_it_never_saw(store: Store) -> None:
     run = make_run(store, queued=True)
+    keyed = make_run(store, idempotency_key="k-1")
     with reopened(store) as other:
         claimed = other.claim_next_run(owner="w", ttl=30)
         assert claimed is not None and claimed[0].run_id == run.run_id
+    with reopened(store) as other:
+        assert other.append_events(keyed.run_id, [], expected_seq=1) == (keyed, [])
+    with reopened(store) as other:
+        assert make_run(other, idempotency_key="k-1", goal="another") == keyed
+
+
+def test_every_lease_ends_at_a_utc_time_ttl_seconds_from_now(store: Store) -> None:
+    run = make_run(store)
+    queued = make_run(store, queued=True)
+    before = datetime.now(UTC)
+    lease = store.acquire_run_lease(run.run_id, owner="a", ttl=30)
+    renewed = store.renew_run_lease(lease, ttl=60)
+    current = store.current_run_lease(run.run_id)
+    claimed = store.claim_next_run(owner="w", ttl=30)
+    assert current is not None and claimed is not None and claimed[0].run_id == queued.run_id
+    after = datetime.now(UTC)
+    for got, ttl in ((lease, 30), (renewed, 60), (current, 60), (claimed[1], 30)):
+        assert got.expires_at.utcoffset() == timedelta(0)
+        slack = timedelta(seconds=2)  # the database clock and this one
+        assert before + timedelta(seconds=ttl) - slack <= got.expires_at
+        assert got.expires_at <= after + timedelta(seconds=ttl) + slack
 
 
 def test_a_waiter_wakes_soon_after_an_append(store: Store) -> None:

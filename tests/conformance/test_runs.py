@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -26,7 +27,15 @@ from keel.core.state import RunState
 from keel.core.status import RunStatus
 from keel.store.base import Store, iter_all_events
 from keel.store.step import fold_step
-from keel.testing.stores import append, legal_step, make_run, model_step, move, tool_step
+from keel.testing.stores import (
+    append,
+    legal_step,
+    make_run,
+    model_step,
+    move,
+    reopened,
+    tool_step,
+)
 
 # --- creating runs -------------------------------------------------------------------
 
@@ -46,6 +55,38 @@ def test_create_run_records_run_created_as_event_one(store: Store) -> None:
         "task_0000abcd",
         1,
     )
+
+
+def test_create_run_returns_the_state_every_reader_sees_in_any_time_zone(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        run = make_run(store)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert run.updated_at is not None
+    assert datetime.fromisoformat(run.updated_at).utcoffset() == timedelta(0)
+    with reopened(store) as cold:
+        assert cold.load_run(run.run_id).to_dict() == run.to_dict()
+
+
+def test_a_run_id_already_taken_is_drawn_again(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    taken = make_run(store)
+    draw = uuid.uuid4
+    planned = iter([uuid.UUID(taken.run_id.removeprefix("run_") + "0" * 20)])
+    monkeypatch.setattr(uuid, "uuid4", lambda: next(planned, None) or draw())
+    run = make_run(store, goal="another")
+    monkeypatch.undo()
+    assert next(planned, None) is None  # the taken id was drawn first
+    assert run.run_id != taken.run_id and run.goal == "another"
+    assert store.load_run(taken.run_id) == taken
+    assert store.load_run(run.run_id) == run
+    assert [len(store.read_events(r.run_id)) for r in (taken, run)] == [1, 1]
 
 
 def test_create_run_queued_starts_in_queued(store: Store) -> None:
@@ -445,6 +486,8 @@ def test_text_no_store_can_keep_is_refused_alike_by_every_backend(
 ) -> None:
     with pytest.raises(UsageError, match=rf"the goal contains a {re.escape(words)}"):
         store.create_run(goal=text, workspace="/ws", options=RunOptions())
+    with pytest.raises(UsageError, match=rf"^the workspace path contains a {re.escape(words)}"):
+        store.create_run(goal="fix it", workspace=f"/ws/{text}", options=RunOptions())
     with pytest.raises(UsageError, match=rf"the task's subject contains a {re.escape(words)}"):
         store.create_task(text, actor="alice")
     with pytest.raises(UsageError, match="the task's description contains"):
