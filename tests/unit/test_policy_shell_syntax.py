@@ -175,3 +175,11 @@ def test_a_coprocess_and_zsh_precommand_modifiers_run_the_command_after_them() -
     assert words("coproc job while true; do rm -rf x; done") == [("true",), ("rm", "-rf", "x")]
     assert words("noglob rm -rf *; nocorrect rm y") == [("rm", "-rf", "*"), ("rm", "y")]
     assert words("'coproc' x; echo coproc") == [("coproc", "x"), ("echo", "coproc")]
+
+
+def test_a_loop_over_the_arguments_runs_the_command_after_its_do() -> None:
+    # ``for NAME do ...`` (no ``in``: the positional arguments) is one segment up to ``;``
+    assert words("for x do rm -rf y; done") == [("rm", "-rf", "y")]
+    assert words("select x do rm -rf y; done") == [("rm", "-rf", "y")]
+    assert words("for x in a b; do rm -rf y; done") == [("rm", "-rf", "y")]
+    assert words("for x in a do b; done") == []  # here ``do`` is one of the words looped over

@@ -30,6 +30,7 @@ _HEADERS = frozenset(("for", "select", "case"))  # ``for x in a b`` runs no comm
 # run the command after them: bash's ``coproc [NAME]``, zsh's precommand modifiers
 _PRECOMMAND = frozenset(("coproc", "noglob", "nocorrect"))
 _PREFIX = _RESERVED_PREFIX | _PRECOMMAND
+_DO = frozenset(("do",))
 _COMPOUND = _RESERVED_PREFIX | _HEADERS | {"[[", "function"}  # what ``coproc NAME`` may run
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\[[^]]*\])?\+?=")
 _CONTROL = ("&&", "||", ";;", ";&", "|&", ";", "|", "&")
@@ -391,6 +392,8 @@ class _Scanner:
                 i += 1  # ``coproc NAME { ...; }``: NAME names the coprocess
             i += 1
         if i < len(words) and _is_reserved(words[i], _HEADERS):
+            if words[i][0] != "case" and i + 2 < len(words) and _is_reserved(words[i + 2], _DO):
+                return self.simple_command(words[i + 3 :])  # ``for NAME do CMD``: no ``in``
             return None
         if i < len(words) and _is_reserved(words[i], frozenset(("function",))):
             self.flag("function definition")
