@@ -68,6 +68,12 @@ def test_which_perl_calls_run_code_no_file_names(args: list[str], why: str | Non
         (["--require=./hook.js", "-e", "x"], "runs inline code (-e)"),
         (["--eval=a=1", "app.js"], "runs inline code (--eval)"),  # the name ends at the first =
         (["--require", "./hook.js", "app.js"], None),
+        # an option not known here may take a value: code after it is seen either way
+        (["--title", "t", "-e", "x"], "runs inline code (-e)"),
+        (["--env-file", ".env", "--eval", "x"], "runs inline code (--eval)"),
+        (["--experimental-vm-modules", "test.js"], None),  # a flag before the script
+        (["--title", "t"], None),
+        (["--title=t", "-e", "x"], "runs inline code (-e)"),
     ],
 )
 def test_which_node_calls_run_code_no_file_names(args: list[str], why: str | None) -> None:
@@ -84,6 +90,19 @@ def test_which_node_calls_run_code_no_file_names(args: list[str], why: str | Non
         (["-Version"], None),
         (["x.ps1"], None),
         (["-NoProfile"], STDIN),
+        # a parameter's value is no script: the code after it is seen
+        (["-ExecutionPolicy", "Bypass", "-Command", "x"], "runs inline code (-Command)"),
+        (["-ep", "Bypass", "-c", "x"], "runs inline code (-c)"),
+        (["-ExecutionPolicy:Bypass", "-c", "x"], "runs inline code (-c)"),
+        (["-wd", "/tmp", "-EncodedCommand", "eA=="], "runs inline code (-EncodedCommand)"),
+        (["-ExecutionPolicy", "Bypass", "-File", "x.ps1"], None),
+        (["-ExecutionPolicy", "Bypass", "x.ps1"], None),  # Bypass is a value, x.ps1 the script
+        # any prefix of a parameter's name is that parameter
+        (["-Comm", "Get-Date"], "runs inline code (-Comm)"),
+        (["-nop", "-enco", "eA=="], "runs inline code (-enco)"),
+        (["-Exec", "Bypass", "-com", "x"], "runs inline code (-com)"),
+        (["-fi", "x.ps1", "-c", "x"], None),
+        (["-ver"], None),
     ],
 )
 def test_which_powershell_calls_run_code_no_file_names(args: list[str], why: str | None) -> None:

@@ -42,6 +42,11 @@ def _i(
 
 _POWERSHELL = Interpreter(
     inline=names("-c -command -encodedcommand -ec -e -enc"),
+    valued=names(
+        "-executionpolicy -ep -windowstyle -outputformat -of -inputformat -if -workingdirectory "
+        "-wd -configurationname -custompipename -settingsfile -configurationfile "
+        "-encodedarguments -ea -psconsolefile"
+    ),
     ends=names("-file -f"),
     info=names("-version -v -help -h"),
     words=True,
@@ -111,29 +116,36 @@ def shell_call(args: Sequence[str]) -> tuple[str | None, str | None]:
 
 
 def inline_code(grammar: Interpreter, args: Sequence[str]) -> str | None:
-    """Why an interpreter call runs code not named by a file, or None."""
+    """Why an interpreter call runs code not named by a file, or None.
+
+    A long option the grammar does not know may take the next argument as its value
+    (``node --title T -e CODE``) or be a flag before the script (``node --flag app.js``):
+    the arguments after it are read both ways, and inline code found either way is named."""
     if grammar.words:
-        for arg in args:
-            word = arg.lower().split(":", 1)[0]
-            if word in grammar.inline:
-                return f"runs inline code ({arg})"
-            if word in grammar.ends or word in grammar.info or not arg.startswith("-"):
-                return None
-        return "reads its program from standard input"
-    i = 0
+        return _inline_words(grammar, args)
+    i, unsure = 0, False
     while i < len(args):
         arg = args[i]
         if arg == "-":
-            return "reads its program from standard input"
+            return None if unsure else "reads its program from standard input"
         if arg == "--" or not arg.startswith("-"):
-            return None if arg != "--" or i + 1 < len(args) else "reads from standard input"
+            if unsure or arg != "--" or i + 1 < len(args):
+                return None
+            return "reads from standard input"
         name = arg.split("=", 1)[0]
         if arg.startswith("--") or name in grammar.inline | grammar.ends | grammar.info:
             if name in grammar.inline:
                 return f"runs inline code ({name})"
             if name in grammar.ends or name in grammar.info:
                 return None
-            i += 2 if name in grammar.valued and "=" not in arg else 1
+            if "=" in arg:
+                i += 1
+            elif name in grammar.valued:
+                i += 2
+            elif i + 1 < len(args) and not args[i + 1].startswith("-"):
+                unsure, i = True, i + 2  # the next argument: this option's value, or the script
+            else:
+                i += 1
             continue
         for k, letter in enumerate(arg[1:]):
             option = "-" + letter
@@ -147,7 +159,30 @@ def inline_code(grammar: Interpreter, args: Sequence[str]) -> str | None:
                 i += 1 if k == len(arg) - 2 else 0
                 break
         i += 1
+    return None if unsure else "reads its program from standard input"
+
+
+def _inline_words(grammar: Interpreter, args: Sequence[str]) -> str | None:
+    """``inline_code`` for options that are whole words in any case, each also spelled as
+    any prefix of its name (``-Comm``, ``-ex Bypass``), its value after it or a colon
+    (``-ExecutionPolicy Bypass``, ``-Command:ls``)."""
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+            continue
+        word = arg.lower().split(":", 1)[0]
+        if _abbreviates(word, grammar.inline):
+            return f"runs inline code ({arg})"
+        if not arg.startswith("-") or _abbreviates(word, grammar.ends | grammar.info):
+            return None
+        skip = ":" not in arg and _abbreviates(word, grammar.valued)
     return "reads its program from standard input"
+
+
+def _abbreviates(word: str, options: frozenset[str]) -> bool:
+    """True when ``word`` (``-`` and at least a letter) starts one of the ``options``."""
+    return len(word) > 1 and any(option.startswith(word) for option in options)
 
 
 # gawk's -i/--include and -l/--load name a library, mawk's and gawk's -W an option: each
