@@ -183,3 +183,19 @@ def test_a_loop_over_the_arguments_runs_the_command_after_its_do() -> None:
     assert words("select x do rm -rf y; done") == [("rm", "-rf", "y")]
     assert words("for x in a b; do rm -rf y; done") == [("rm", "-rf", "y")]
     assert words("for x in a do b; done") == []  # here ``do`` is one of the words looped over
+
+
+def test_a_single_quote_in_a_double_quoted_expansion_is_read_as_dash_reads_it_too() -> None:
+    # bash: "${x:-'}"; ...'}" is one word; dash: ' is a character there, } ends the
+    # expansion, and `rm -rf y` runs
+    text = "echo \"${x:-'}\"; rm -rf y; echo '}\"\\'"
+    script = read_script(text)
+    assert [c.words for c in script.commands] == [("echo", "${x:-'}\"; rm -rf y; echo '}'")]
+    assert script.opaque == ('a single quote inside "${...}" (shells read it differently)',)
+    assert [c.words for c in read_script(script.nested[-1]).commands] == [
+        ("echo", "${x:-\\'}"),
+        ("rm", "-rf", "y"),
+        ("echo", '}"\\'),
+    ]
+    agreed = read_script("echo \"${x:-'a'}\" ${y:-'}'}")  # both shells end them alike
+    assert (agreed.nested, agreed.opaque) == ((), ())

@@ -9,10 +9,11 @@ redirections (``>f``, ``2>&1``, ``<f``), comments, reserved words (``if``,
 What the shell would compute before running anything makes the script *opaque*:
 command substitution (``$(...)`` and backquotes), process substitution
 (``<(...)``), parentheses (subshells, function definitions, arithmetic), here-
-documents and unbalanced quotes; so do ``$'...'`` and ``$"..."``, which shells read
-differently (bash's reading is taken, and dash's too when a quote ends elsewhere
-there). Their text is kept raw in the word (so a
-computed command name still looks computed: it holds ``$`` or a backquote), and
+documents and unbalanced quotes; so do ``$'...'``, ``$"..."`` and a ``'`` inside a
+double-quoted ``${...}``, which shells read differently (bash's reading is taken, and
+dash's too, as a nested script, when it splits the text elsewhere). Their text is
+kept raw in the word (so a computed command name still looks computed: it holds ``$``
+or a backquote), and
 the bodies of substitutions and subshells are returned as ``nested`` scripts so
 the commands inside them can be read too. Nothing here raises: any text reads as
 some script, at worst an opaque one.
@@ -59,10 +60,10 @@ def read_script(text: str) -> ShellScript:
     scanner = _Scanner(text)
     scanner.scan()
     nested = scanner.nested
-    if scanner.dash_differs:  # also the commands a shell without ``$'...'`` would run
+    if scanner.dash_differs:  # also the commands dash would run: see ``_Scanner.escapes``
         parts, at = [], 0
-        for start in scanner.dollar_quotes:
-            parts += [text[at:start], "\\"]  # ``\$'...'``: a dollar, then a plain '...'
+        for start in sorted(set(scanner.escapes)):
+            parts += [text[at:start], "\\"]
             at = start
         nested = [*nested, "".join([*parts, text[at:]])]
     return ShellScript(
@@ -72,8 +73,8 @@ def read_script(text: str) -> ShellScript:
     )
 
 
-def closing(text: str, start: int, pair: str = "()") -> int | None:
-    """Index of the bracket closing the one at ``start`` (quotes skipped), or None."""
+def closing(text: str, start: int, pair: str = "()", quotes: str = "'\"`") -> int | None:
+    """Index of the bracket closing the one at ``start`` (``quotes`` skipped), or None."""
     opening, close = pair[0], pair[1]
     depth, j, n = 0, start, len(text)
     while j < n:
@@ -81,7 +82,7 @@ def closing(text: str, start: int, pair: str = "()") -> int | None:
         if c == "\\":
             j += 2
             continue
-        if c in "'\"`":
+        if c in quotes:
             end = _quote_end(text, j)
             if end is None:
                 return None
@@ -126,8 +127,11 @@ class _Scanner:
         self.plain: int | None = None  # where the first quoted or escaped part begins
         self.redirect: str | None = None  # what the next word is: "target" or "heredoc[-]"
         self.heredocs: list[tuple[str, bool]] = []  # (delimiter, strip leading tabs)
-        self.dollar_quotes: list[int] = []  # where each ``$'`` read as a quote starts
-        self.dash_differs = False  # one of them ends elsewhere in a shell reading ``$`` '...'
+        # Where a backslash makes bash read the text as dash does: before each ``$'``
+        # (dash: ``$`` then '...'), before each ``'`` of a ``"${...'...}"`` (dash: no quote)
+        self.escapes: list[int] = []
+        self.dash_differs = False  # dash splits the text elsewhere: read its way too
+        self.in_double = False  # inside "...": ``dollar`` reads ``${`` for dash too
 
     def flag(self, reason: str) -> None:
         if reason not in self.opaque:
@@ -222,10 +226,12 @@ class _Scanner:
             return
         self.add("", quoted=True)
         self.i += 1
+        self.in_double = True
         while self.i < n:
             c = text[self.i]
             if c == '"':
                 self.i += 1
+                self.in_double = False
                 return
             if c == "\\" and self.i + 1 < n and text[self.i + 1] in '$`"\\\n':
                 if text[self.i + 1] != "\n":
@@ -238,6 +244,7 @@ class _Scanner:
             else:
                 self.add(c)
                 self.i += 1
+        self.in_double = False
         self.flag("unbalanced quotes")
 
     def backquote(self) -> None:
@@ -266,7 +273,7 @@ class _Scanner:
         word is the text; with them it stays raw, so it holds ``$`` (computed)."""
         text, n, start = self.text, len(self.text), self.i
         self.flag("dollar-single-quotes $'...' (shells read them differently)")
-        self.dollar_quotes.append(start)
+        self.escapes.append(start)
         j = start + 2
         while j < n and text[j] != "'":
             j += 2 if text[j] == "\\" else 1
@@ -295,6 +302,12 @@ class _Scanner:
             self.substitution(i + 1, "command substitution $(...)")
         elif text.startswith("${", i):
             end = closing(text, i + 1, "{}")
+            dash = closing(text, i + 1, "{}", '"`') if self.in_double else end
+            if dash != end:  # in "${...}", dash reads ' as a character, bash as a quote
+                self.flag('a single quote inside "${...}" (shells read it differently)')
+                self.dash_differs = True
+                stop = len(text) if dash is None else dash
+                self.escapes += [k for k in range(i, stop) if text[k] == "'"]
             if end is not None and ("$(" in text[i:end] or "`" in text[i:end]):
                 self.flag("command substitution inside ${...}")
             self.raw_until(end)
