@@ -74,6 +74,9 @@ def test_which_perl_calls_run_code_no_file_names(args: list[str], why: str | Non
         (["--experimental-vm-modules", "test.js"], None),  # a flag before the script
         (["--title", "t"], None),
         (["--title=t", "-e", "x"], "runs inline code (-e)"),
+        (["--title", "t", "-"], None),  # t may be the script, its argument -
+        (["--title", "t", "--"], None),
+        (["--no-warnings"], STDIN),
     ],
 )
 def test_which_node_calls_run_code_no_file_names(args: list[str], why: str | None) -> None:
@@ -103,6 +106,7 @@ def test_which_node_calls_run_code_no_file_names(args: list[str], why: str | Non
         (["-Exec", "Bypass", "-com", "x"], "runs inline code (-com)"),
         (["-fi", "x.ps1", "-c", "x"], None),
         (["-ver"], None),
+        (["-"], STDIN),  # a lone dash abbreviates nothing: the commands come from standard input
     ],
 )
 def test_which_powershell_calls_run_code_no_file_names(args: list[str], why: str | None) -> None:
