@@ -162,3 +162,25 @@ def test_a_step_killed_at_each_point_of_its_append_is_stored_whole_or_not_at_all
         assert run_row(db, run.run_id, "last_seq") == len(events)
     finally:
         store.close()
+
+
+def test_a_writer_that_holds_the_runs_state_appends_in_one_transaction(tmp_path: Path) -> None:
+    """The step is folded on the state this process stored last: nothing is read before
+    the write transaction (a writer that never saw the run reads the head first)."""
+    db = tmp_path / "keel.db"
+    warm, cold = SQLiteStore(db), SQLiteStore(db)
+    try:
+        run = make_run(warm)
+        for store, first in ((warm, "BEGIN IMMEDIATE"), (cold, "BEGIN")):
+            statements: list[str] = []
+            conn = store._db.connection()
+            conn.set_trace_callback(statements.append)
+            try:
+                run, _ = append(store, run, model_step())
+            finally:
+                conn.set_trace_callback(None)
+            assert statements[0] == first, statements
+            assert statements.count("BEGIN IMMEDIATE") == 1
+    finally:
+        warm.close()
+        cold.close()

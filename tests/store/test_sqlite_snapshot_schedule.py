@@ -1,11 +1,13 @@
 """A run's snapshot schedule survives what its writer's process does between appends:
-reading the run back (load, list, children) and storing steps its writer folded and
-joined (``FoldedStep.then``) rewrite the snapshot exactly when plain appends would."""
+reading the run back (load, list, children, an empty append, create_run again with its
+idempotency key, a claim) and storing steps its writer folded and joined
+(``FoldedStep.then``) rewrite the snapshot exactly when plain appends would."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,10 +29,25 @@ def snapshot_seq(db: Path, run_id: str) -> int:
     return int(json.loads(text)["last_seq"])
 
 
+def claim_after_its_lease_lapsed(store: SQLiteStore, child: RunState) -> object:
+    store.acquire_run_lease(child.run_id, owner="gone", ttl=0.01)
+    time.sleep(0.05)
+    claimed = store.claim_next_run(owner="w", ttl=30)
+    assert claimed is not None and claimed[0] == child
+    return claimed
+
+
 READS: dict[str, Callable[[SQLiteStore, RunState], object]] = {
     "load_run": lambda store, child: store.load_run(child.run_id),
     "list_runs": lambda store, child: store.list_runs(),
     "child_runs": lambda store, child: store.child_runs(child.parent_id or ""),
+    "empty append": lambda store, child: store.append_events(
+        child.run_id, [], expected_seq=child.last_seq
+    ),
+    "create_run again": lambda store, child: make_run(
+        store, parent_id=child.parent_id, idempotency_key="the child"
+    ),
+    "claim_next_run": claim_after_its_lease_lapsed,
 }
 
 
@@ -40,7 +57,7 @@ def test_reading_a_run_keeps_its_snapshot_due_on_time(tmp_path: Path, read: str)
     store = SQLiteStore(db)
     try:
         parent = make_run(store)
-        child = make_run(store, parent_id=parent.run_id)
+        child = make_run(store, parent_id=parent.run_id, idempotency_key="the child")
         state = write_calls(store, child, SNAPSHOT_EVERY // 2 - 1)  # two events a call
         READS[read](store, state)
         assert snapshot_seq(db, child.run_id) == 1  # not yet due
