@@ -199,3 +199,10 @@ def test_a_single_quote_in_a_double_quoted_expansion_is_read_as_dash_reads_it_to
     ]
     agreed = read_script("echo \"${x:-'a'}\" ${y:-'}'}")  # both shells end them alike
     assert (agreed.nested, agreed.opaque) == ((), ())
+
+
+def test_the_body_of_a_function_keyword_definition_is_read() -> None:
+    script = read_script("function f { rm -rf x; }; f")
+    assert [c.words for c in script.commands] == [("rm", "-rf", "x"), ("f",)]
+    assert script.opaque == ("function definition",)
+    assert words("function f") == []

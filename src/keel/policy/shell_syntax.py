@@ -13,10 +13,9 @@ documents and unbalanced quotes; so do ``$'...'``, ``$"..."`` and a ``'`` inside
 double-quoted ``${...}``, which shells read differently (bash's reading is taken, and
 dash's too, as a nested script, when it splits the text elsewhere). Their text is
 kept raw in the word (so a computed command name still looks computed: it holds ``$``
-or a backquote), and
-the bodies of substitutions and subshells are returned as ``nested`` scripts so
-the commands inside them can be read too. Nothing here raises: any text reads as
-some script, at worst an opaque one.
+or a backquote), and the bodies of substitutions and subshells are returned as
+``nested`` scripts so the commands inside them can be read too. Nothing here raises:
+any text reads as some script, at worst an opaque one.
 """
 
 from __future__ import annotations
@@ -410,7 +409,7 @@ class _Scanner:
             return None
         if i < len(words) and _is_reserved(words[i], frozenset(("function",))):
             self.flag("function definition")
-            return None
+            return self.simple_command(words[i + 2 :])  # ``function NAME { CMD``: CMD is read
         assignments = []
         while i < len(words) and _is_assignment(words[i]):
             assignments.append(words[i][0])
