@@ -184,3 +184,27 @@ def test_a_writer_that_holds_the_runs_state_appends_in_one_transaction(tmp_path:
     finally:
         warm.close()
         cold.close()
+
+
+def test_a_wait_whose_deadline_is_reached_polls_no_more(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a clock that has not ticked since the wait began (a coarse clock), a zero
+    timeout still means one look at the run: the deadline is reached, not yet to come."""
+    store = SQLiteStore(tmp_path / "keel.db")
+    try:
+        run = make_run(store)
+        readings = iter([100.0, 100.0])  # the wait's start, then its first look at the clock
+        monkeypatch.setattr(time, "monotonic", lambda: next(readings, 101.0))
+        statements: list[str] = []
+        conn = store._db.connection()
+        conn.set_trace_callback(statements.append)
+        try:
+            woke = store.wait_for_events(run.run_id, after=run.last_seq, timeout=0)
+        finally:
+            conn.set_trace_callback(None)
+            monkeypatch.undo()
+        assert woke is False
+        assert statements.count("BEGIN") == 1, statements
+    finally:
+        store.close()
