@@ -206,3 +206,10 @@ def test_the_body_of_a_function_keyword_definition_is_read() -> None:
     assert [c.words for c in script.commands] == [("rm", "-rf", "x"), ("f",)]
     assert script.opaque == ("function definition",)
     assert words("function f") == []
+
+
+def test_zsh_repeat_and_dash_precommand_run_the_command_after_them() -> None:
+    assert words("repeat 3 rm -rf x") == [("rm", "-rf", "x")]
+    assert words("- rm -rf x") == [("rm", "-rf", "x")]
+    assert words("repeat 3; do rm -rf x; done") == [("rm", "-rf", "x")]
+    assert words("echo repeat 3 -") == [("echo", "repeat", "3", "-")]

@@ -27,8 +27,9 @@ _RESERVED_PREFIX = frozenset(
     ("!", "{", "}", "if", "then", "else", "elif", "fi", "do", "done", "while", "until", "esac")
 )
 _HEADERS = frozenset(("for", "select", "case"))  # ``for x in a b`` runs no command itself
-# run the command after them: bash's ``coproc [NAME]``, zsh's precommand modifiers
-_PRECOMMAND = frozenset(("coproc", "noglob", "nocorrect"))
+# run the command after them: bash's ``coproc [NAME]``, zsh's precommand modifiers and
+# ``repeat N`` (``builtin``, ``command``, ``exec`` are read as wrappers)
+_PRECOMMAND = frozenset(("coproc", "noglob", "nocorrect", "-", "repeat"))
 _PREFIX = _RESERVED_PREFIX | _PRECOMMAND
 _DO = frozenset(("do",))
 _COMPOUND = _RESERVED_PREFIX | _HEADERS | {"[[", "function"}  # what ``coproc NAME`` may run
@@ -402,6 +403,8 @@ class _Scanner:
                 and _is_reserved(words[i + 2], _COMPOUND)
             ):
                 i += 1  # ``coproc NAME { ...; }``: NAME names the coprocess
+            elif words[i][0] == "repeat":
+                i += 1  # its count
             i += 1
         if i < len(words) and _is_reserved(words[i], _HEADERS):
             if words[i][0] != "case" and i + 2 < len(words) and _is_reserved(words[i + 2], _DO):
