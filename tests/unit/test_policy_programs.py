@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from keel.policy.commands import normalise_command, writes_git
-from keel.policy.programs import INTERPRETERS, awk_runs, find_runs, inline_code
+from keel.policy.programs import INTERPRETERS, awk_runs, find_runs, inline_code, shell_call
 
 PYTHON, PERL, PWSH = INTERPRETERS["python"], INTERPRETERS["perl"], INTERPRETERS["pwsh"]
 STDIN = "reads its program from standard input"
@@ -229,3 +229,34 @@ def test_a_git_write_after_a_plus_that_is_no_terminator_is_seen() -> None:
     view = normalise_command(argv, cwd=".")
     assert ("git", "push") in [form.normal for form in view.forms]
     assert writes_git(view)
+
+
+FISH_INIT = "runs a command given on its command line (-C, --init-command) first"
+
+
+@pytest.mark.parametrize(
+    ("args", "call"),
+    [
+        (["-C", "rm -rf x", "s.fish"], (None, FISH_INIT)),
+        (["-Crm -rf x", "s.fish"], (None, FISH_INIT)),  # the command attached, no -c in it
+        (["--init-command=rm -rf x", "s.fish"], (None, FISH_INIT)),
+        (["--init-command", "rm -rf x", "s.fish"], (None, FISH_INIT)),
+        (["-i", "-C", "rm -rf x", "-c", "ls"], ("ls", FISH_INIT)),
+        (["-c", "ls"], ("ls", None)),
+        (["s.fish"], (None, None)),
+    ],
+)
+def test_a_fish_init_command_is_not_hidden(
+    args: list[str], call: tuple[str | None, str | None]
+) -> None:
+    assert shell_call(args, fish=True) == call
+
+
+def test_the_noclobber_flag_of_other_shells_takes_no_command() -> None:
+    assert shell_call(["-C", "s.sh"]) == (None, None)
+    assert shell_call(["-Cc", "ls"]) == ("ls", None)
+
+
+def test_fish_runs_its_init_command_unseen_no_more() -> None:
+    view = normalise_command(["fish", "-C", "rm -rf x", "s.fish"], cwd=".")
+    assert view.opaque is not None and "fish runs a command" in view.opaque

@@ -232,7 +232,7 @@ class _Reader:
         kind = family(program)
         args = argv[1:]
         if kind in SHELLS:
-            string, reason = shell_call(args)
+            string, reason = shell_call(args, fish=kind == "fish")
             if reason is not None:
                 self.flag(f"{program} {reason}")
             if string is not None:  # the shell is then only a spelling of what it runs

@@ -84,9 +84,12 @@ def family(program: str) -> str:
     return _FAMILY_ALIASES.get(found.group(1), found.group(1))
 
 
-def shell_call(args: Sequence[str]) -> tuple[str | None, str | None]:
-    """(the ``-c`` string, or None; why the call is opaque, or None) for ``sh ARGS``."""
+def shell_call(args: Sequence[str], *, fish: bool = False) -> tuple[str | None, str | None]:
+    """(the ``-c`` string, or None; why the call is opaque, or None) for ``sh ARGS``.
+
+    ``fish``: the shell is fish, whose ``-C`` (``--init-command``) runs a command first."""
     i, command_mode, stdin, reason = 0, False, False, None
+    init = "runs a command given on its command line (-C, --init-command) first"
     while i < len(args):
         arg = args[i]
         if arg in ("--", "-"):
@@ -99,11 +102,16 @@ def shell_call(args: Sequence[str]) -> tuple[str | None, str | None]:
         if arg.startswith("--"):
             if arg in ("--rcfile", "--init-file"):
                 reason, i = "runs a startup file given on its command line", i + 1
+            elif arg.startswith("--init") and arg != "--init-file":  # fish: --init-command
+                reason, i = init, i + ("=" not in arg)
             i += 1
             continue
         if arg[:1] not in ("-", "+") or len(arg) < 2:
             break
         letters = arg[1:]
+        if fish and "C" in letters:  # ``-C CMD``, ``-CCMD``: the rest is the command
+            letters, _, attached = letters.partition("C")
+            reason, i = init, i + (not attached)
         command_mode = command_mode or (arg[0] == "-" and "c" in letters)
         stdin = stdin or "s" in letters
         i += 1 + sum(letters.count(c) for c in "oO")  # ``-o pipefail``: a name follows
