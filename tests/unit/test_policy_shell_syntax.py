@@ -213,3 +213,7 @@ def test_zsh_repeat_and_dash_precommand_run_the_command_after_them() -> None:
     assert words("- rm -rf x") == [("rm", "-rf", "x")]
     assert words("repeat 3; do rm -rf x; done") == [("rm", "-rf", "x")]
     assert words("echo repeat 3 -") == [("echo", "repeat", "3", "-")]
+
+
+def test_a_zsh_always_block_is_read() -> None:
+    assert words("{ make; } always { rm -rf x; }") == [("make",), ("rm", "-rf", "x")]

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 _RESERVED_PREFIX = frozenset(
     ("!", "{", "}", "if", "then", "else", "elif", "fi", "do", "done", "while", "until", "esac")
-)
+) | {"always"}  # zsh: ``{ ...; } always { ...; }``
 _HEADERS = frozenset(("for", "select", "case"))  # ``for x in a b`` runs no command itself
 # run the command after them: bash's ``coproc [NAME]``, zsh's precommand modifiers and
 # ``repeat N`` (``builtin``, ``command``, ``exec`` are read as wrappers)
