@@ -172,6 +172,8 @@ def test_a_dollar_quoted_word_is_no_reserved_word_nor_assignment() -> None:
 def test_a_coprocess_and_zsh_precommand_modifiers_run_the_command_after_them() -> None:
     assert words("coproc rm -rf x") == [("rm", "-rf", "x")]
     assert words("coproc job { rm -rf x; }") == [("rm", "-rf", "x")]
+    assert words("coproc job {\n rm -rf x\n}") == [("rm", "-rf", "x")]
+    assert words("coproc ls") == [("ls",)]
     assert words("coproc job while true; do rm -rf x; done") == [("true",), ("rm", "-rf", "x")]
     assert words("noglob rm -rf *; nocorrect rm y") == [("rm", "-rf", "*"), ("rm", "y")]
     assert words("'coproc' x; echo coproc") == [("coproc", "x"), ("echo", "coproc")]
@@ -197,7 +199,7 @@ def test_a_single_quote_in_a_double_quoted_expansion_is_read_as_dash_reads_it_to
         ("rm", "-rf", "y"),
         ("echo", '}"\\'),
     ]
-    agreed = read_script("echo \"${x:-'a'}\" ${y:-'}'}")  # both shells end them alike
+    agreed = read_script("echo \"${x:-'a'}\" ${y:-'}'} \"${X:-a}\"")  # both end them alike
     assert (agreed.nested, agreed.opaque) == ((), ())
 
 

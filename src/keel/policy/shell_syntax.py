@@ -32,7 +32,6 @@ _HEADERS = frozenset(("for", "select", "case"))  # ``for x in a b`` runs no comm
 _PRECOMMAND = frozenset(("coproc", "noglob", "nocorrect", "-", "repeat"))
 _PREFIX = _RESERVED_PREFIX | _PRECOMMAND
 _DO = frozenset(("do",))
-_COMPOUND = _RESERVED_PREFIX | _HEADERS | {"[[", "function"}  # what ``coproc NAME`` may run
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\[[^]]*\])?\+?=")
 _CONTROL = ("&&", "||", ";;", ";&", "|&", ";", "|", "&")
 _REDIRECTS = ("<<<", "<<-", "<<", "<>", "<&", "&>>", "&>", ">>", ">&", ">|", "<", ">")
@@ -244,8 +243,7 @@ class _Scanner:
             else:
                 self.add(c)
                 self.i += 1
-        self.in_double = False
-        self.flag("unbalanced quotes")
+        self.flag("unbalanced quotes")  # and the scan ends: in_double is not read again
 
     def backquote(self) -> None:
         text, n = self.text, len(self.text)
@@ -400,14 +398,14 @@ class _Scanner:
             if (
                 words[i][0] == "coproc"
                 and i + 2 < len(words)
-                and _is_reserved(words[i + 2], _COMPOUND)
+                and _is_reserved(words[i + 2], _RESERVED_PREFIX)
             ):
                 i += 1  # ``coproc NAME { ...; }``: NAME names the coprocess
             elif words[i][0] == "repeat":
                 i += 1  # its count
             i += 1
         if i < len(words) and _is_reserved(words[i], _HEADERS):
-            if words[i][0] != "case" and i + 2 < len(words) and _is_reserved(words[i + 2], _DO):
+            if i + 2 < len(words) and _is_reserved(words[i + 2], _DO):
                 return self.simple_command(words[i + 3 :])  # ``for NAME do CMD``: no ``in``
             return None
         if i < len(words) and _is_reserved(words[i], frozenset(("function",))):
