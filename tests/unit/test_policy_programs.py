@@ -244,6 +244,16 @@ FISH_INIT = "runs a command given on its command line (-C, --init-command) first
         (["-i", "-C", "rm -rf x", "-c", "ls"], ("ls", FISH_INIT)),
         (["-c", "ls"], ("ls", None)),
         (["s.fish"], (None, None)),
+        (["-crm -rf x"], ("rm -rf x", None)),  # -c's value attached
+        (["--command=rm -rf x"], ("rm -rf x", None)),
+        (["--comm", "rm -rf x"], ("rm -rf x", None)),  # any prefix of a long name
+        (["-c", "ls", "-c", "rm -rf x"], ("ls\nrm -rf x", None)),  # every -c is run
+        (["-c", "ls", "-C", "rm -rf x"], ("ls", FISH_INIT)),  # options go on after a value
+        (["-f", "no-x", "-c", "rm -rf x"], ("rm -rf x", None)),  # -f takes a value
+        (["--features", "no-x", "-c", "rm -rf x"], ("rm -rf x", None)),
+        (["--feat", "no-x", "-c", "rm -rf x"], ("rm -rf x", None)),
+        (["-ilc", "rm -rf x"], ("rm -rf x", None)),
+        ([], (None, "reads commands from standard input")),
     ],
 )
 def test_a_fish_init_command_is_not_hidden(
@@ -255,6 +265,10 @@ def test_a_fish_init_command_is_not_hidden(
 def test_the_noclobber_flag_of_other_shells_takes_no_command() -> None:
     assert shell_call(["-C", "s.sh"]) == (None, None)
     assert shell_call(["-Cc", "ls"]) == ("ls", None)
+
+
+def test_zsh_emulate_takes_a_mode_before_the_command() -> None:
+    assert shell_call(["--emulate", "sh", "-c", "rm -rf x"]) == ("rm -rf x", None)
 
 
 def test_fish_runs_its_init_command_unseen_no_more() -> None:

@@ -87,31 +87,23 @@ def family(program: str) -> str:
 def shell_call(args: Sequence[str], *, fish: bool = False) -> tuple[str | None, str | None]:
     """(the ``-c`` string, or None; why the call is opaque, or None) for ``sh ARGS``.
 
-    ``fish``: the shell is fish, whose ``-C`` (``--init-command``) runs a command first."""
+    ``fish``: the shell is fish, which reads its options as ``_fish_call`` says."""
+    if fish:
+        return _fish_call(args)
     i, command_mode, stdin, reason = 0, False, False, None
-    init = "runs a command given on its command line (-C, --init-command) first"
     while i < len(args):
         arg = args[i]
         if arg in ("--", "-"):
             i += 1
             break
-        if arg.startswith("--command"):  # fish: --command=STRING, --command STRING
-            if "=" in arg:
-                return arg.partition("=")[2], reason
-            return (args[i + 1] if i + 1 < len(args) else None), reason
         if arg.startswith("--"):
             if arg in ("--rcfile", "--init-file"):
                 reason, i = "runs a startup file given on its command line", i + 1
-            elif arg.startswith("--init") and arg != "--init-file":  # fish: --init-command
-                reason, i = init, i + ("=" not in arg)
-            i += 1
+            i += 1 + (arg == "--emulate")  # zsh: --emulate MODE
             continue
         if arg[:1] not in ("-", "+") or len(arg) < 2:
             break
         letters = arg[1:]
-        if fish and "C" in letters:  # ``-C CMD``, ``-CCMD``: the rest is the command
-            letters, _, attached = letters.partition("C")
-            reason, i = init, i + (not attached)
         command_mode = command_mode or (arg[0] == "-" and "c" in letters)
         stdin = stdin or "s" in letters
         i += 1 + sum(letters.count(c) for c in "oO")  # ``-o pipefail``: a name follows
@@ -119,6 +111,52 @@ def shell_call(args: Sequence[str], *, fish: bool = False) -> tuple[str | None, 
     if command_mode:
         return (rest[0], reason) if rest else (None, reason)
     if rest and not stdin:
+        return None, reason  # a script file: a command like any other
+    return None, reason or "reads commands from standard input"
+
+
+_FISH_VALUED = "cCpdfDo"  # fish's short options taking a value, attached or the next argument
+_FISH_LONG_VALUED = names(
+    "--command --init-command --debug-output --debug-stack-frames --features --profile "
+    "--profile-startup"
+)
+_FISH_INIT = "runs a command given on its command line (-C, --init-command) first"
+
+
+def _fish_call(args: Sequence[str]) -> tuple[str | None, str | None]:
+    """``shell_call`` for fish: options until the first operand, every ``-c`` command run
+    (joined, one a line), a value attached (``-cCMD``, ``--command=CMD``) or next; an
+    ``-C``/``--init-command`` command runs first and is not read here (opaque)."""
+    i, commands, reason = 0, [], None
+    while i < len(args):
+        arg = args[i]
+        nxt = args[i + 1] if i + 1 < len(args) else None
+        if arg in ("--", "-"):
+            i += 1
+            break
+        if arg.startswith("--"):  # any unambiguous prefix of a name is that option
+            name, eq, value = arg.partition("=")
+            if _abbreviates(name, frozenset({"--command"})):
+                commands.append(value if eq else nxt or "")
+            elif _abbreviates(name, frozenset({"--init-command"})):
+                reason = _FISH_INIT
+            i += 1 + (not eq and _abbreviates(name, _FISH_LONG_VALUED))
+            continue
+        if arg[:1] != "-" or len(arg) < 2:
+            break
+        i += 1
+        for k, letter in enumerate(arg[1:], start=2):
+            if letter in _FISH_VALUED:
+                optarg = arg[k:] if k < len(arg) else nxt
+                i += k >= len(arg)
+                if letter == "c":
+                    commands.append(optarg or "")
+                elif letter == "C":
+                    reason = _FISH_INIT
+                break
+    if commands:
+        return "\n".join(commands), reason
+    if i < len(args):
         return None, reason  # a script file: a command like any other
     return None, reason or "reads commands from standard input"
 
