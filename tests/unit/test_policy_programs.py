@@ -172,6 +172,10 @@ SYSTEM = "program may run commands (system() or a pipe)"
         (["--exec", "p.awk", "system.log"], None),
         (["--exec=p.awk", "system.log"], None),
         (["-Ep.awk", "system.log"], None),
+        (["--exec", "system.awk", "data"], None),  # a program file's name is no program
+        # what follows -E goes to the program, but a -e there is judged all the same
+        # (erring towards asking): it is never let through unread
+        (["-E", "p.awk", "-e", 'BEGIN { system("x") }'], SYSTEM),
     ],
 )
 def test_which_awk_programs_may_run_commands(args: list[str], why: str | None) -> None:
