@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from keel.policy import resolution
 from keel.policy.containment import path_spellings
 from keel.policy.resolution import real_root, resolve
+from keel.policy.rules import real_relative
 
 NAMES = st.sampled_from(["a", "b", ".git", "c.txt", "..", ".", "", "missing", "x y", "é"])
 # the workspace's own folder name: any file name (a name ending in X or a dot included)
@@ -117,3 +118,16 @@ def test_an_unchanged_workspace_is_resolved_once_and_the_kept_roots_are_bounded(
         other.mkdir()
         real_root(other)
         assert len(resolution._roots) <= resolution._MAX_ROOTS
+
+
+def test_a_path_with_a_nul_or_bytes_no_utf8_holds_resolves_as_the_file_tools_spell_it(
+    tmp_path: Path,
+) -> None:
+    # A NUL can name no file: the rules get no resolved spelling (the tools refuse the
+    # path themselves). A \xHH spelling names the bytes the file tools would open.
+    assert real_relative("a\x00b", tmp_path) is None
+    raw = os.fsdecode(b"caf\xe9")  # a file name that is not UTF-8
+    (tmp_path / raw).mkdir()
+    os.symlink("..", tmp_path / raw / "up")
+    assert resolve("caf\\xE9/x", tmp_path) == (str(tmp_path), f"{tmp_path}/{raw}/x")
+    assert real_relative("caf\\xE9/up/.git", tmp_path) == ".git"

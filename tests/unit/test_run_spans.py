@@ -335,6 +335,24 @@ def test_any_attributes_encode_and_read_back_as_themselves(
         assert decoded == {k: _typed(v) for k, v in sent.attributes.items()}
 
 
+def test_text_no_utf8_can_hold_and_a_huge_value_encode_without_failing_the_span() -> None:
+    # A model names tools and models: a lone surrogate (no UTF-8 form) is sent replaced,
+    # and a megabyte value whole (a length of three bytes); the span still decodes.
+    huge = "x" * 1_000_000
+    span = SpanRecord(
+        trace_id=1,
+        span_id=2,
+        name="execute_tool bad\udc80name",
+        attributes={"gen_ai.tool.name": "bad\udc80name", "keel.text": huge},
+    )
+    request = ExportTraceServiceRequest()
+    request.ParseFromString(encode_request(b"", b"", [span]))
+    (got,) = request.resource_spans[0].scope_spans[0].spans
+    assert got.name == "execute_tool bad?name"
+    values = {a.key: a.value.string_value for a in got.attributes}
+    assert values == {"gen_ai.tool.name": "bad?name", "keel.text": huge}
+
+
 def test_headers_and_resource_attributes_are_read_as_otlp_writes_them() -> None:
     assert parse_pairs("api-key=a%20b, x-tenant=t1,broken,=nokey") == {
         "api-key": "a b",
