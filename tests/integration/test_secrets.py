@@ -77,7 +77,7 @@ def test_a_leaked_api_key_is_redacted_everywhere_it_would_be_stored(
             assert SECRET not in data
         for (content,) in raw.execute("SELECT content FROM artifacts"):
             assert SECRET.encode() not in content
-        for (snapshot,) in raw.execute("SELECT snapshot FROM runs"):
+        for (snapshot,) in raw.execute("SELECT snapshot FROM run_snapshots"):
             assert SECRET not in snapshot
     finally:
         raw.close()
@@ -263,7 +263,7 @@ def test_a_provider_error_that_echoes_the_key_is_stored_redacted(
     try:
         for (data,) in raw.execute("SELECT data FROM events"):
             assert SECRET not in data
-        for (snapshot,) in raw.execute("SELECT snapshot FROM runs"):
+        for (snapshot,) in raw.execute("SELECT snapshot FROM run_snapshots"):
             assert SECRET not in snapshot
     finally:
         raw.close()

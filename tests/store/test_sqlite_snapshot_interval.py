@@ -17,7 +17,9 @@ from keel.testing.stores import append, make_run, move, write_calls
 
 def snapshot_seq(db: Path, run_id: str) -> int:
     with sqlite3.connect(db) as conn:
-        (text,) = conn.execute("SELECT snapshot FROM runs WHERE id = ?", (run_id,)).fetchone()
+        (text,) = conn.execute(
+            "SELECT snapshot FROM run_snapshots WHERE run_id = ?", (run_id,)
+        ).fetchone()
     return int(json.loads(text)["last_seq"])
 
 
@@ -61,7 +63,7 @@ def test_a_large_state_waits_for_as_much_event_text_as_it_holds(tmp_path: Path) 
     try:
         run = make_run(store, goal="g" * 60_000)  # a 60 kB snapshot
         with sqlite3.connect(db) as conn:
-            (first,) = conn.execute("SELECT snapshot FROM runs").fetchone()
+            (first,) = conn.execute("SELECT snapshot FROM run_snapshots").fetchone()
         size = len(first)
         state = write_calls(store, run, 3 * SNAPSHOT_EVERY)
         assert snapshot_seq(db, run.run_id) == 1  # 6 x SNAPSHOT_EVERY events: less text

@@ -25,7 +25,9 @@ from keel.testing.stores import append, make_run, move, tool_step, write_calls
 
 def snapshot_seq(db: Path, run_id: str) -> int:
     with sqlite3.connect(db) as conn:
-        (text,) = conn.execute("SELECT snapshot FROM runs WHERE id = ?", (run_id,)).fetchone()
+        (text,) = conn.execute(
+            "SELECT snapshot FROM run_snapshots WHERE run_id = ?", (run_id,)
+        ).fetchone()
     return int(json.loads(text)["last_seq"])
 
 
@@ -110,7 +112,7 @@ def test_a_snapshot_is_due_once_the_text_after_it_reaches_its_size(
     try:
         run = make_run(store)
         with sqlite3.connect(db) as conn:
-            (first,) = conn.execute("SELECT snapshot FROM runs").fetchone()
+            (first,) = conn.execute("SELECT snapshot FROM run_snapshots").fetchone()
         notes = notes_of_total_text(SNAPSHOT_EVERY - 1, len(first) - short)
         state, _ = append(store, run, notes)
         assert snapshot_seq(db, run.run_id) == 1

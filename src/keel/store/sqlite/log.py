@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from keel.core.errors import RunNotFound
+from keel.core.errors import RunNotFound, StoreError
 from keel.core.events import Event
 from keel.core.state import RunState
 from keel.store.base import LogCheck
@@ -54,7 +54,14 @@ def load_checked(conn: sqlite3.Connection, run_id: str) -> tuple[RunState, int, 
     """The run's state (snapshot plus the events after it), the snapshot's sequence and
     its size (JSON characters)."""
     snapshot_text, head_seq, head_hash = _snapshot_row(conn, run_id)
-    snapshot = RunState.from_dict(json.loads(snapshot_text))
+    try:
+        snapshot = RunState.from_dict(json.loads(snapshot_text))
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise StoreError(
+            f"the stored snapshot of run {run_id} cannot be read ({type(exc).__name__}: "
+            f"{exc}): the database file was changed outside Keel; `keel verify "
+            f"{run_id}` checks its events"
+        ) from None
     rows = conn.execute(Q["read_events"], (run_id, tail_start(snapshot.last_seq), ALL))
     state = checked_state(run_id, snapshot, rows, head_seq=head_seq, head_hash=head_hash)
     return state, snapshot.last_seq, len(snapshot_text)

@@ -8,6 +8,7 @@ SELECT last_seq, last_hash FROM runs WHERE id = ?
 SELECT id FROM runs ORDER BY created_at, rowid
 
 -- name: runs_to_chain
+-- (This and set_run_chain run in migration 0003, when the snapshot was still a runs column.)
 SELECT id, last_seq, snapshot FROM runs ORDER BY rowid
 
 -- name: events_to_chain

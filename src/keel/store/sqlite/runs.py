@@ -1,15 +1,16 @@
 """The runs half of the SQLite store: runs, the event log, run leases, artifacts.
 
-An append is one ``BEGIN IMMEDIATE`` transaction: read the run's head, check the
-caller's expected sequence and lease, fold the new events onto the snapshot,
-insert the events and the new snapshot, commit. Its cost depends on the step,
-never on the run's length. The last folded state of recently used runs is kept
-in memory keyed by ``(run_id, last_seq)``: events are immutable, so a state with
-the same last sequence is the same state, and a writer in another process simply
-makes the key miss. A step's events come hashed by ``fold_step``; the head moves only
-if the run's recorded chain head is still the hash they chained onto, and the database
-refuses an event that is not the run's next (``keel.store.sqlite.log`` reads them back
-checked).
+An append is one ``BEGIN IMMEDIATE`` transaction: move the run's head only if the
+caller's expected sequence, chain hash and lease still hold, insert the events (folded
+by the caller onto the last state), rewrite the snapshot when due, commit. Its cost
+depends on the step, never on the run's length: the head's row holds no snapshot
+(``run_snapshots``, migration 0007), so moving it reads and writes a few bytes. The
+last folded state of recently used runs is kept in memory keyed by ``(run_id,
+last_seq)``: events are immutable, so a state with the same last sequence is the same
+state, and a writer in another process simply makes the key miss. A step's events
+come hashed by ``fold_step``; the head moves only if the run's recorded chain head is
+still the hash they chained onto, and the database refuses an event that is not the
+run's next (``keel.store.sqlite.log`` reads them back checked).
 """
 
 from __future__ import annotations
@@ -191,7 +192,6 @@ class SQLiteRuns:
                             goal,
                             workspace,
                             idempotency_key,
-                            snapshot_text,
                             1,
                             event.hash,
                             now_text,
@@ -202,6 +202,7 @@ class SQLiteRuns:
                 except sqlite3.IntegrityError:
                     continue  # a run id collision (48 random bits): draw another
                 break
+            conn.execute(Q["insert_snapshot"], (run_id, snapshot_text))
             conn.execute(
                 Q["insert_event"],
                 (run_id, 1, event.event_id, event.type.value, now_text, data_text, event.hash),
@@ -271,9 +272,9 @@ class SQLiteRuns:
         rewrite = state.status is not step.base_status or snapshot.due(seq)
         snapshot_text = dump_json(state.to_dict()) if rewrite else ""
         with self._db.write() as conn:
-            if rewrite:
-                params: tuple[object, ...] = (
-                    snapshot_text,
+            cursor = conn.execute(
+                Q["advance_run"],
+                (
                     state.status.value,
                     seq,
                     state.last_hash,
@@ -283,21 +284,8 @@ class SQLiteRuns:
                     step.base_hash,
                     lease_token,
                     lease_token,
-                )
-                cursor = conn.execute(Q["advance_run_with_snapshot"], params)
-            else:
-                params = (
-                    state.status.value,
-                    seq,
-                    state.last_hash,
-                    now_text,
-                    run_id,
-                    expected_seq,
-                    step.base_hash,
-                    lease_token,
-                    lease_token,
-                )
-                cursor = conn.execute(Q["advance_run"], params)
+                ),
+            )
             if cursor.rowcount != 1:
                 self._check_head(conn, run_id, expected_seq, lease_token)
                 head = conn.execute(log.L["run_chain_head"], (run_id,)).fetchone()
@@ -305,6 +293,8 @@ class SQLiteRuns:
                     raise LogDamaged(run_id, expected_seq, _OTHER_HEAD)
                 raise StoreError(f"append to {run_id} refused and no reason found; retry")
             fault_point("append_head_advanced")
+            if rewrite:
+                conn.execute(Q["rewrite_snapshot"], (run_id, snapshot_text))
             try:
                 # The first row alone, then the rest: one more call per step, so a test can
                 # stop the process between a step's events (``append_mid_events``).

@@ -11,8 +11,16 @@ SELECT 1 FROM runs WHERE id = ?
 -- name: insert_run
 INSERT INTO runs (
     id, parent_id, task_id, status, goal, workspace, idempotency_key,
-    snapshot, last_seq, last_hash, created_at, updated_at, creator
-) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    last_seq, last_hash, created_at, updated_at, creator
+) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+
+-- name: insert_snapshot
+INSERT INTO run_snapshots (run_id, snapshot) VALUES (?, ?)
+
+-- name: rewrite_snapshot
+-- An upsert: a snapshot row missing from a damaged file is written again.
+INSERT INTO run_snapshots (run_id, snapshot) VALUES (?, ?)
+ON CONFLICT (run_id) DO UPDATE SET snapshot = excluded.snapshot
 
 -- name: insert_event
 -- The database refuses a seq that is not the run's last + 1, and a row without its hash.
@@ -27,17 +35,14 @@ SELECT last_seq, lease_token,
 FROM runs WHERE id = ?
 
 -- name: run_snapshot
-SELECT snapshot, last_seq, last_hash FROM runs WHERE id = ?
-
--- name: advance_run_with_snapshot
--- One step's head move, only if the writer saw the last sequence and its chain hash and
--- (when it writes under a lease) still holds that lease; 0 rows changed means refused.
-UPDATE runs SET snapshot = ?, status = ?, last_seq = ?, last_hash = ?, updated_at = ?
-WHERE id = ? AND last_seq = ? AND last_hash IS ?
-  AND (? IS NULL
-       OR (lease_token = ? AND lease_expires_at > ((julianday('now') - 2440587.5) * 86400.0)))
+-- A run row without its snapshot row (a damaged file) reads as an empty snapshot: not JSON.
+SELECT coalesce(s.snapshot, ''), r.last_seq, r.last_hash
+FROM runs r LEFT JOIN run_snapshots s ON s.run_id = r.id
+WHERE r.id = ?
 
 -- name: advance_run
+-- One step's head move, only if the writer saw the last sequence and its chain hash and
+-- (when it writes under a lease) still holds that lease; 0 rows changed means refused.
 UPDATE runs SET status = ?, last_seq = ?, last_hash = ?, updated_at = ?
 WHERE id = ? AND last_seq = ? AND last_hash IS ?
   AND (? IS NULL

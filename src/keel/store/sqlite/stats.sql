@@ -28,7 +28,7 @@ SELECT status,
             ELSE trim(reason) END AS code,
        count(*)
 FROM (SELECT status, json_extract(snapshot, '$.reason') AS reason
-      FROM runs WHERE TRUE /* filters */)
+      FROM runs JOIN run_snapshots ON run_id = id WHERE TRUE /* filters */)
 GROUP BY status, code
 
 -- name: stats_figures
