@@ -28,10 +28,10 @@ import random
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from keel.core.errors import StoreCorrupt, StoreError
 
@@ -196,6 +196,19 @@ class Database:
                 self._rollback(conn)
         finally:
             self._local.depth = 0
+
+    def first_row(self, sql: str, params: Sequence[object] = ()) -> tuple[Any, ...] | None:
+        """The first row of one read-only statement, or None.
+
+        Outside a transaction the statement runs on its own (SQLite gives one statement
+        one committed snapshot), without the ``BEGIN`` and ``ROLLBACK`` that ``read``
+        spends on blocks of several: a check made before every effect (the run lease)
+        costs one call. Inside a ``read`` or ``write`` block it reads that block's view.
+        """
+        conn = self.connection()
+        with self.guard():  # every row fetched: the statement ends, and its snapshot with it
+            rows: list[tuple[Any, ...]] = conn.execute(sql, params).fetchall()
+        return rows[0] if rows else None
 
     def _begin_immediate(self, conn: sqlite3.Connection) -> None:
         deadline = time.monotonic() + self.lock_wait_s

@@ -462,8 +462,7 @@ class SQLiteRuns:
             conn.execute(Q["release_run_lease"], (lease.subject, lease.token))
 
     def current_run_lease(self, run_id: str) -> Lease | None:
-        with self._db.read() as conn:
-            row = conn.execute(Q["run_lease"], (run_id,)).fetchone()
+        row = self._db.first_row(Q["run_lease"], (run_id,))
         if row is None:
             raise RunNotFound(run_id)
         owner, token, expires_at, live = row[:4]
