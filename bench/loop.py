@@ -30,6 +30,10 @@ Per pair, workload and N (``--sizes`` 50, 200, 1000): ms per step (total / N), C
 per step (the machine may be shared), the mean ms per step of the first and of the last
 50 steps (flatness), bytes stored per step (file growth after a WAL checkpoint, / N),
 and ``keel_speedup`` (LangGraph / Keel, median against median and best against best).
+For the write workload also ``effect_ms``, the effect alone (the same N new files written
+by the same function with the same fsync, in a fresh folder beside each run's: creating a
+file on this disk costs from 10 us to 300 us by where its folder lies), and
+``harness_ms``, each run's ms per step less its effect: the system's own cost.
 ``writes_per_step``: commits per step on both sides, counted the same way in separate
 untimed runs (every COMMIT SQLite runs on the system's connections: bench/_common.py
 ``SqlCommits``), and for LangGraph the saver's checkpoint writes (``put``, ``put_writes``).
@@ -78,6 +82,7 @@ from typing import Any
 
 from _common import PAIRS, SqlCommits, db_bytes, durability_of, flatness, ratio, rotated, summary
 from loop_langgraph import (
+    GUARD,
     as_shipped,
     files_fsynced,
     langgraph_rebuild_child,
@@ -102,6 +107,7 @@ from keel.tools.base import Effect, ToolContext, ToolResult, tool
 from keel.tools.control import ask_user
 from keel.tools.files import write_file
 from keel.tools.registry import ToolRegistry
+from keel.tools.workspace import replace_in_workspace
 
 WORKLOADS = {
     "read": "N x (model turn -> noop read tool -> result)",
@@ -331,14 +337,44 @@ def run_system(
     workload: str,
     counter: SqlCommits | None = None,
 ) -> dict[str, Any]:
-    """One run of ``system`` (keel, langgraph_default, langgraph_delta) at durability ``pair``."""
+    """One run of ``system`` (keel, langgraph_default, langgraph_delta) at durability ``pair``.
+
+    A timed write run also times the bare effect beside it (``effect_ms``, ``bare_writes``)
+    and the step without it (``harness_ms``): what the file system charged that run.
+    """
+    synchronous = PAIRS[pair]["synchronous"]
     if system == "keel":
         query = PAIRS[pair]["keel_query"]
-        return keel_run(steps, folder, query=query, workload=workload, counter=counter)[0]
-    delta, synchronous = system.endswith("delta"), PAIRS[pair]["synchronous"]
-    return langgraph_run(
-        steps, folder, delta=delta, synchronous=synchronous, workload=workload, counter=counter
-    )
+        result = keel_run(steps, folder, query=query, workload=workload, counter=counter)[0]
+    else:
+        result = langgraph_run(
+            steps,
+            folder,
+            delta=system.endswith("delta"),
+            synchronous=synchronous,
+            workload=workload,
+            counter=counter,
+        )
+    if workload == "write" and counter is None:
+        effect = bare_writes(steps, folder.with_name(folder.name + "-bare"), synchronous)
+        result["effect_ms"] = effect
+        result["harness_ms"] = round(result["ms_per_step"] - effect, 4)
+    return result
+
+
+def bare_writes(steps: int, folder: Path, synchronous: str) -> float:
+    """Ms per call of the write workload's effect alone: ``steps`` new files written by
+    the function both systems' write tools call, with the same arguments and fsync, in a
+    fresh folder next to the run's (new files cost what the folder's place on the disk
+    makes them cost, which differs from folder to folder by several times on this disk)."""
+    folder.mkdir(parents=True)
+    fsync = files_fsynced(synchronous)
+    started = time.perf_counter()
+    for step in range(1, steps + 1):
+        arguments = write_arguments(step)
+        data = arguments["content"].encode()
+        replace_in_workspace(folder, arguments["path"], data, GUARD, fsync=fsync)
+    return round((time.perf_counter() - started) / steps * 1000, 4)
 
 
 def run_folder(root: Path, pair: str, workload: str, system: str, n: int, i: int) -> Path:
@@ -399,6 +435,7 @@ def figures(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for system, tries in runs.items():
         timed = ("ms_per_step", "cpu_ms_per_step", "first_steps_ms", "last_steps_ms")
+        timed += ("effect_ms", "harness_ms") if "effect_ms" in tries[0] else ()
         out[system] = {key: summary([t[key] for t in tries]) for key in timed}
         out[system]["last_over_first"] = ratio(
             out[system]["last_steps_ms"]["median"], out[system]["first_steps_ms"]["median"]
