@@ -203,6 +203,64 @@ def test_a_single_quote_in_a_double_quoted_expansion_is_read_as_dash_reads_it_to
     assert (agreed.nested, agreed.opaque) == ((), ())
 
 
+@pytest.mark.parametrize(
+    ("text", "dash_runs"),
+    [
+        # dash: '...' ends before the expansion, whose ' is a character; the quote before
+        # the expansion stays a quote (`rm -rf x` is only echoed)
+        (
+            "echo '; rm -rf x' \"${y:-'}\"; echo \"'\"",
+            [("echo", "; rm -rf x", "${y:-\\'}"), ("echo", "'")],
+        ),
+        # dash: $'\' is $ then '\', so `rm -rf x` runs there (bash: quoted text); the
+        # expansion after it must not make that reading forgotten
+        (
+            "echo $'\\' ; rm -rf x ; echo '\\' \"${y:-'}\"; echo \"'\"",
+            [("echo", "$\\"), ("rm", "-rf", "x"), ("echo", "\\", "${y:-\\'}"), ("echo", "'")],
+        ),
+    ],
+)
+def test_dash_reading_of_a_quote_in_an_expansion_keeps_the_quotes_around_it(
+    text: str, dash_runs: list[tuple[str, ...]]
+) -> None:
+    script = read_script(text)
+    assert 'a single quote inside "${...}" (shells read it differently)' in script.opaque
+    # the commands dash runs (the expansion is kept raw: it is computed)
+    assert [c.words for c in read_script(script.nested[-1]).commands] == dash_runs
+
+
+def test_an_expansion_dash_never_closes_is_read_without_raising() -> None:
+    # dash: the " inside "${x:-'"'}" opens a string that never ends (a syntax error, so
+    # nothing runs); bash: '"' is quoted, } closes, and `rm -rf y` runs
+    script = read_script('echo "${x:-\'"\'}"; rm -rf y')
+    assert [c.words for c in script.commands] == [("echo", "${x:-'\"'}"), ("rm", "-rf", "y")]
+    assert script.opaque == ('a single quote inside "${...}" (shells read it differently)',)
+    assert "unbalanced quotes" in read_script(script.nested[-1]).opaque
+
+
+def test_a_command_substitution_inside_an_expansion_makes_the_script_opaque() -> None:
+    # ``${y:-$(cmd)}`` runs cmd when y is unset: the reason shown to the approver names it
+    for text in ("echo ${y:-$(rm -rf x)}", 'echo "${y:-`rm -rf x`}"', "echo ${y:-`id`}"):
+        assert read_script(text).opaque == ("command substitution inside ${...}",)
+    assert read_script("echo ${y:-a} \"${z#'$'}\"").opaque == ()
+
+
+def test_a_command_substitution_is_named_as_one() -> None:
+    script = read_script("echo $(rm -rf x)")
+    assert (script.nested, script.opaque) == (("rm -rf x",), ("command substitution $(...)",))
+
+
+def test_an_arithmetic_expansion_is_closed_wherever_it_stands() -> None:
+    # at the very start of the text, and right after the opening double quote
+    script = read_script("$((rm -rf x) )")
+    assert [c.words for c in script.commands] == [("$((rm -rf x) )",)]
+    assert script.nested == ("(rm -rf x) ",)
+    assert script.opaque == ("arithmetic expansion $((...))", "command substitution $(...)")
+    quoted = read_script('echo "$((1 + 2))" done')
+    assert [c.words for c in quoted.commands] == [("echo", "$((1 + 2))", "done")]
+    assert (quoted.nested, quoted.opaque) == ((), ("arithmetic expansion $((...))",))
+
+
 def test_the_body_of_a_function_keyword_definition_is_read() -> None:
     script = read_script("function f { rm -rf x; }; f")
     assert [c.words for c in script.commands] == [("rm", "-rf", "x"), ("f",)]

@@ -281,6 +281,18 @@ def test_scrubbing_twice_changes_nothing_more() -> None:
     assert redactor.scrub_text(once) == once
 
 
+def test_a_held_value_redacted_inside_a_url_keeps_its_name_when_scrubbed_again() -> None:
+    # a raw / ends the URL pattern early (module doc), so the held value is what is redacted,
+    # by name; scrubbed again (by the same or any redactor) the marker is no credential
+    redactor = Redactor((("DB_PASSWORD", "pa/ss-w0rd"),))
+    once = redactor.scrub_text("postgres://app:pa/ss-w0rd@db/x")
+    assert once == "postgres://app:[redacted:DB_PASSWORD]@db/x"
+    for again in (redactor, EMPTY):
+        assert again.scrub_text(once) == once
+        assert again.secrets_in(once) == ()
+    assert without_secrets({"DATABASE_URL": once}) == {"DATABASE_URL": once}
+
+
 secret_values = st.text(
     alphabet=string.ascii_letters + string.digits + "_-+/=.", min_size=6, max_size=40
 ).filter(lambda s: any(c.isdigit() for c in s))  # markers hold no digit
