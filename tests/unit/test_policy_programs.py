@@ -39,6 +39,7 @@ STDIN = "reads its program from standard input"
         (["-", "x.py"], STDIN),  # the program comes from standard input, x.py is its argument
         # after a long option and its value, the options are still read
         (["-u", "--check-hash-based-pycs", "always", "-c", "x"], "runs inline code (-c)"),
+        (["-W", "ignore", "--check-hash-based-pycs=never", "-c", "x"], "runs inline code (-c)"),
     ],
 )
 def test_which_python_calls_run_code_no_file_names(args: list[str], why: str | None) -> None:
@@ -77,6 +78,10 @@ def test_which_perl_calls_run_code_no_file_names(args: list[str], why: str | Non
         (["--title", "t", "-"], None),  # t may be the script, its argument -
         (["--title", "t", "--"], None),
         (["--no-warnings"], STDIN),
+        # the options are still read after a long one that follows a value
+        (["-r", "./hook.js", "--no-warnings", "-e", "x"], "runs inline code (-e)"),
+        (["-r", "./hook.js", "--input-type=module", "-e", "x"], "runs inline code (-e)"),
+        (["-C", "dev", "--no-warnings", "app.js"], None),
     ],
 )
 def test_which_node_calls_run_code_no_file_names(args: list[str], why: str | None) -> None:
@@ -264,6 +269,60 @@ def test_a_fish_init_command_is_not_hidden(
     args: list[str], call: tuple[str | None, str | None]
 ) -> None:
     assert shell_call(args, fish=True) == call
+
+
+FISH_STDIN = "reads commands from standard input"
+
+
+@pytest.mark.parametrize(
+    ("args", "call"),
+    [
+        # after "--" the first argument is the script file, even one spelled as an option
+        (["--", "s.fish"], (None, None)),
+        (["--", "-c", "rm -rf x"], (None, None)),
+        (["--", "--command=rm -rf x"], (None, None)),
+        (["-i", "--", "s.fish"], (None, None)),
+        (["-c", "ls", "--", "-c", "rm -rf x"], ("ls", None)),  # $argv of the command
+        # "--" with nothing after it: the commands come from standard input
+        (["--"], (None, FISH_STDIN)),
+        (["-i", "--"], (None, FISH_STDIN)),
+        (["--login", "--"], (None, FISH_STDIN)),
+        # fish has no "-" for standard input: it opens a script file named "-"
+        (["-"], (None, None)),
+        (["-i", "-"], (None, None)),
+        (["-", "-c", "rm -rf x"], (None, None)),
+        # a long option's value follows it or "=": the options go on after it
+        (["--features=no-x", "-c", "rm -rf x"], ("rm -rf x", None)),
+        (["-i", "--features", "no-x", "-c", "rm -rf x"], ("rm -rf x", None)),
+        (["-l", "--debug-output", "/tmp/log", "s.fish"], (None, None)),
+        # a long flag takes no value: the options go on after it
+        (["--login", "-c", "rm -rf x"], ("rm -rf x", None)),
+        (["-i", "--no-config", "-c", "rm -rf x"], ("rm -rf x", None)),
+        (["--login", "s.fish"], (None, None)),
+    ],
+)
+def test_fish_options_end_where_fish_ends_them(
+    args: list[str], call: tuple[str | None, str | None]
+) -> None:
+    assert shell_call(args, fish=True) == call
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["fish", "-c"],
+        ["fish", "-c", ""],
+        ["fish", "-ic"],
+        ["fish", "--command"],
+        ["fish", "--command", ""],
+        ["fish", "--comm="],
+    ],
+)
+def test_fish_given_no_command_runs_nothing(argv: list[str]) -> None:
+    # fish exits on a missing -c value and runs nothing for an empty one
+    view = normalise_command(argv, cwd=".")
+    assert view.forms == ()
+    assert view.opaque is None
 
 
 def test_the_noclobber_flag_of_other_shells_takes_no_command() -> None:

@@ -131,7 +131,7 @@ def _fish_call(args: Sequence[str]) -> tuple[str | None, str | None]:
     while i < len(args):
         arg = args[i]
         nxt = args[i + 1] if i + 1 < len(args) else None
-        if arg in ("--", "-"):
+        if arg == "--":  # a lone "-" is an operand: fish opens a script file named "-"
             i += 1
             break
         if arg.startswith("--"):  # any unambiguous prefix of a name is that option
