@@ -402,6 +402,16 @@ def test_a_url_naming_only_a_user_is_no_credential_for_a_child_process() -> None
     assert without_secrets(environ) == {"HOMEPAGE": "https://git@github.com/x"}
 
 
+def test_a_held_value_that_two_longer_ones_continue_leaves_neither_longer_one_in_part() -> None:
+    # "tok-9f2e" ends where "tok-9f2eab" and "tok-9f2ecd" branch on: whichever follows,
+    # the whole longer value is redacted, not its prefix with the rest left on record.
+    redactor = Redactor((("BASE", "tok-9f2e"), ("ALPHA", "tok-9f2eab"), ("BETA", "tok-9f2ecd")))
+    text = "1 tok-9f2eab 2 tok-9f2ecd 3 tok-9f2e 4 tok-9f2ezz"
+    assert redactor.scrub_text(text) == (
+        "1 [redacted:ALPHA] 2 [redacted:BETA] 3 [redacted:BASE] 4 [redacted:BASE]zz"
+    )
+
+
 def test_held_values_are_kept_longest_first() -> None:
     assert Redactor((("A", "zz"), ("B", "aaaa"))).secrets == (("B", "aaaa"), ("A", "zz"))
 

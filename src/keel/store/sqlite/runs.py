@@ -127,14 +127,11 @@ class SQLiteRuns:
 
     def _state_at(self, conn: sqlite3.Connection, run_id: str, last_seq: int) -> RunState:
         """The run's state at ``last_seq`` (from memory, else the snapshot plus later events)."""
-        return self._state_and_snapshot(conn, run_id, last_seq)[0]
-
-    def _state_and_snapshot(
-        self, conn: sqlite3.Connection, run_id: str, last_seq: int
-    ) -> tuple[RunState, SnapshotMark]:
         cached = self._cached(run_id, last_seq)
-        if cached is not None:
-            return cached
+        return (cached if cached is not None else self._loaded(conn, run_id))[0]
+
+    def _loaded(self, conn: sqlite3.Connection, run_id: str) -> tuple[RunState, SnapshotMark]:
+        """The run's state read from the database (snapshot plus later events), kept."""
         state, snapshot_seq, size = log.load_checked(conn, run_id)
         snapshot = SnapshotMark(snapshot_seq, size)  # its tail's size not known: 0
         self._remember(state, snapshot)
@@ -233,9 +230,9 @@ class SQLiteRuns:
         # process wrote the run last; the conditional UPDATE below proves it is current.
         cached = self._cached(run_id, expected_seq)
         if cached is None:
-            with self._db.read() as conn:
+            with self._db.read() as conn:  # the head checked, then read in one snapshot
                 self._check_head(conn, run_id, expected_seq, None)
-                cached = self._state_and_snapshot(conn, run_id, expected_seq)
+                cached = self._loaded(conn, run_id)
         base, snapshot = cached
         step = fold_step(base, events, now=datetime.now(UTC))
         return self._write_step(run_id, step, lease_token, snapshot)
