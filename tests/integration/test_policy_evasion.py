@@ -168,6 +168,8 @@ def test_shell_strings(site: Site, argv: tuple[str, ...]) -> None:
         (("sh", "-c", "$(printf git) push"), "command substitution"),
         (("sh", "-c", "eval 'git push'"), "eval"),
         (("git", "-c", "alias.p=push", "p"), "alias"),
+        (("sh", "-c", "S=push; git $S"), "the argument '$S' is expanded by the shell"),
+        (("sh", "-c", "touch push; git pu*"), "the argument 'pu*' is expanded by the shell"),
     ],
     ids=lambda v: v if isinstance(v, str) else v[0],
 )

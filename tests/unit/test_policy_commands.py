@@ -139,7 +139,6 @@ SHELL_STRINGS = [
     (("sh", "-c", "git push &>log"), ["git push"]),
     (("sh", "-c", "if true; then git push; fi"), ["true", "git push"]),
     (("sh", "-c", "while false; do git push; done"), ["false", "git push"]),
-    (("sh", "-c", "for b in a c; do git push origin $b; done"), ["git push origin $b"]),
     (("bash", "-c", "[[ -f x && -f y ]] && git push"), ["git push"]),
     (("sh", "-c", "# a comment\ngit push # trailing"), ["git push"]),
     (("sh", "-c", "{ git push; }"), ["git push"]),
@@ -299,6 +298,18 @@ OPAQUE = [
     (("awk", 'BEGIN { system("git push") }'), "program may run commands"),
     (("awk", '{ print | "sh" }'), "program may run commands"),
     (("env", "-S", "git 'push"), "unbalanced quotes"),
+    # what an argument becomes is known only when the shell runs it
+    (("sh", "-c", "F=--force; git push $F"), "the argument '$F' is expanded by the shell"),
+    (("sh", "-c", 'git push origin "$b"'), "the argument '$b' is expanded"),
+    (("sh", "-c", "git push ${F:-x}"), "the argument '${F:-x}' is expanded"),
+    (("bash", "-c", 'git push "$@"', "sh", "--force"), "the argument '$@' is expanded"),
+    (("sh", "-c", "for b in a c; do git push origin $b; done"), "the argument '$b' is expanded"),
+    (("sh", "-c", "git push --for*"), "the argument '--for*' is expanded"),  # a file --force
+    (("sh", "-c", "git push -?"), "the argument '-?' is expanded"),
+    (("sh", "-c", "git push --[f]orce"), "the argument '--[f]orce' is expanded"),
+    (("bash", "-c", "git push --{force,quiet}"), "the argument '--{force,quiet}' is expanded"),
+    (("sh", "-c", "git push ~/x"), "the argument '~/x' is expanded"),
+    (("sh", "-c", "nice git push $F"), "the argument '$F' is expanded"),
     (("nice",) * (MAX_DEPTH + 2) + ("ls",), f"nested more than {MAX_DEPTH} levels"),
 ]
 
@@ -333,6 +344,10 @@ NOT_OPAQUE = [
     ("sh", "-c", "PYTHONPATH=src pytest -q"),
     ("sh", "-c", "cd sub && ls"),
     ("sh", "-c", "export PATH=$PATH; ls"),
+    # nothing expands: quoted, a lone $, find's {}, a ~ inside a word, [ the test command
+    ("sh", "-c", "git push '$F' \\$G '--for*' \"--{a,b}\" '~'"),
+    ("sh", "-c", "echo $ a$ 'b' && find . -exec cat {} + && echo a~b && [ -f x ]"),
+    ("sh", "-c", "X=*.py; Y=$X make"),
 ]
 
 

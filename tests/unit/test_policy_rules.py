@@ -281,6 +281,29 @@ def test_a_command_that_cannot_be_read_asks_naming_the_rule_it_cannot_be_checked
     assert "python3 runs inline code (-c)" in decision.reason
 
 
+@pytest.mark.parametrize(
+    "script",
+    ["F=--force; git push $F", 'set -- --force; git push "$@"', "git push --for*"],
+)
+def test_a_rule_cannot_be_spelled_around_with_what_the_shell_expands(
+    make_policy: Callable[[str], Policy], fake_path: str, script: str
+) -> None:
+    # `sh -c 'F=--force; git push $F'` runs `git push --force`, which the deny rule names:
+    # the argument is not known until the shell runs, so a person is asked, and no allow
+    # rule lets it through.
+    deny = '[[rule]]\naction = "deny"\ntool = "run_command"\nargv = ["git", "push", "--force*"]\n'
+    allow = '[[rule]]\naction = "allow"\ntool = "run_command"\nargv = "sh -c git push*"\n'
+    policy = make_policy(deny + allow)
+
+    decision = run(policy, fake_path, "sh", "-c", script, mode=Mode.AUTO)
+
+    assert (decision.action, decision.permanent) == ("ask", False)
+    assert "cannot be checked against policy rule" in decision.reason
+    assert "is expanded by the shell at run time" in decision.reason
+    plain = run(policy, fake_path, "sh", "-c", "git push --force", mode=Mode.AUTO)
+    assert plain.action == "deny"  # the same command spelled out is refused outright
+
+
 def test_unreadable_commands_are_left_to_the_mode_when_no_deny_or_ask_argv_rule_applies(
     make_policy: Callable[[str], Policy], fake_path: str
 ) -> None:

@@ -310,7 +310,7 @@ class _Reader:
             if not words:
                 session = replace(session, path=run.path)  # a bare assignment lasts
                 continue
-            if words[0] in ("export", "readonly", "declare", "typeset", "local"):
+            if words[0] in _DECLARING:
                 exported = [w for w in words[1:] if "=" in w and not w.startswith("-")]
                 session = replace(session, path=self.assign(session, exported).path)
             elif words[0] == "cd":
@@ -318,6 +318,12 @@ class _Reader:
                 session = replace(session, cwd=_join(session.cwd, target, True))
             elif words[0] in ("pushd", "popd"):
                 session = replace(session, cwd=None)
+            # ``F=--force; git push $F`` runs ``git push --force``: what an argument the
+            # shell expands becomes is known only at run time, so no argv rule can be
+            # judged on it (the program name is checked in ``command``)
+            arguments = [words[k] for k in command.expanded if k > 0]
+            if arguments and words[0] not in _DECLARING:  # their assignments: ``assign``
+                self.flag(f"the argument {arguments[0]!r} is expanded by the shell at run time")
             self.command(words, run)
         nested = replace(
             where, depth=where.depth + 1, shell_words=True, builtins=True, may_be_created=True
@@ -345,6 +351,9 @@ class _Reader:
 
 
 # --- looking programs up ----------------------------------------------------------------
+
+
+_DECLARING = frozenset(("export", "readonly", "declare", "typeset", "local"))
 
 
 def _computed(word: str) -> bool:

@@ -14,8 +14,10 @@ double-quoted ``${...}``, which shells read differently (bash's reading is taken
 dash's too, as a nested script, when it splits the text elsewhere). Their text is
 kept raw in the word (so a computed command name still looks computed: it holds ``$``
 or a backquote), and the bodies of substitutions and subshells are returned as
-``nested`` scripts so the commands inside them can be read too. Nothing here raises:
-any text reads as some script, at worst an opaque one.
+``nested`` scripts so the commands inside them can be read too. Words the shell
+expands when it runs them (a parameter, an unquoted file-name pattern, braces, a leading
+``~``) are named in ``ShellCommand.expanded``: the caller cannot know what they become.
+Nothing here raises: any text reads as some script, at worst an opaque one.
 """
 
 from __future__ import annotations
@@ -33,7 +35,11 @@ _PRECOMMAND = frozenset(("coproc", "noglob", "nocorrect", "-", "repeat"))
 _PREFIX = _RESERVED_PREFIX | _PRECOMMAND
 _DO = frozenset(("do",))
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\[[^]]*\])?\+?=")
+_Word = tuple[str, int, bool]  # text, length of its unquoted prefix, expanded by the shell
 _CONTROL = ("&&", "||", ";;", ";&", "|&", ";", "|", "&")
+# Unquoted characters that make the shell expand a word: a file-name pattern (``*``, ``?``,
+# ``[...]``) or braces holding a comma or a range (``{}`` alone is a word: find's).
+_EXPANDED = re.compile(r"[*?]|\[.*\]|\{[^{}]*(?:,|\.\.)[^{}]*\}")
 _REDIRECTS = ("<<<", "<<-", "<<", "<>", "<&", "&>>", "&>", ">>", ">&", ">|", "<", ">")
 
 
@@ -43,6 +49,10 @@ class ShellCommand:
 
     assignments: tuple[str, ...]
     words: tuple[str, ...]
+    # indices of the words the shell expands before running them: a parameter ($F, ${F},
+    # "$@"), an unquoted file-name pattern (*, ?, [...]), braces ({a,b}, {1..3}), a
+    # leading ~. What such a word becomes is known only at run time.
+    expanded: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -116,14 +126,16 @@ class _Scanner:
     def __init__(self, text: str) -> None:
         self.text = text
         self.i = 0
-        # (kind "word" | "op", text, length of the word's unquoted prefix)
-        self.tokens: list[tuple[str, str, int]] = []
+        # (kind "word" | "op", text, length of the word's unquoted prefix, expanded)
+        self.tokens: list[tuple[str, str, int, bool]] = []
         self.nested: list[str] = []
         self.opaque: list[str] = []
         self.word: list[str] = []
         self.length = 0  # characters in ``word``
         self.started = False  # a word is being built (``''`` is a word too)
         self.plain: int | None = None  # where the first quoted or escaped part begins
+        self.unquoted: list[str] = []  # the word's characters outside quotes and escapes
+        self.expands = False  # the word holds a parameter expansion ($F, ${F}, $@)
         self.redirect: str | None = None  # what the next word is: "target" or "heredoc[-]"
         self.heredocs: list[tuple[str, bool]] = []  # (delimiter, strip leading tabs)
         # Where a backslash makes bash read the text as dash does: before each ``$'``
@@ -143,17 +155,20 @@ class _Scanner:
         self.length += len(text)
         self.started = True
 
-    def take_word(self) -> tuple[str, int]:
+    def take_word(self) -> tuple[str, int, bool]:
         text, plain = "".join(self.word), self.plain
+        bare = "".join(self.unquoted)
+        expanded = self.expands or _EXPANDED.search(bare) is not None or bare[:1] == "~" == text[:1]
         self.word, self.length, self.started, self.plain = [], 0, False, None
-        return text, len(text) if plain is None else plain
+        self.unquoted, self.expands = [], False
+        return text, len(text) if plain is None else plain, expanded
 
     def flush(self) -> None:
         if not self.started:
             return
-        text, plain = self.take_word()
+        text, plain, expanded = self.take_word()
         if self.redirect is None:
-            self.tokens.append(("word", text, plain))
+            self.tokens.append(("word", text, plain, expanded))
         elif self.redirect.startswith("heredoc"):
             self.heredocs.append((text, self.redirect == "heredoc-"))
         self.redirect = None  # a redirection's target is not an argument
@@ -161,7 +176,7 @@ class _Scanner:
     def op(self, text: str) -> None:
         self.flush()
         self.redirect = None
-        self.tokens.append(("op", text, 0))
+        self.tokens.append(("op", text, 0, False))
 
     def scan(self) -> None:
         text, n = self.text, len(self.text)
@@ -208,6 +223,7 @@ class _Scanner:
                 self.i += 1
             else:
                 self.add(c)
+                self.unquoted.append(c)
                 self.i += 1
         self.flush()
 
@@ -299,6 +315,7 @@ class _Scanner:
         elif text.startswith("$(", i):
             self.substitution(i + 1, "command substitution $(...)")
         elif text.startswith("${", i):
+            self.expands = True
             end = closing(text, i + 1, "{}")
             dash = closing(text, i + 1, "{}", '"`') if self.in_double else end
             if dash != end:  # in "${...}", dash reads ' as a character, bash as a quote
@@ -310,6 +327,11 @@ class _Scanner:
                 self.flag("command substitution inside ${...}")
             self.raw_until(end)
         else:
+            # ``$NAME``, ``$1``, ``$@`` ... expand; a ``$`` before anything else is a ``$``
+            following = text[i + 1 : i + 2]
+            self.expands = self.expands or (
+                following != "" and (following.isalnum() or following in "_@*#?-$!")
+            )
             self.add("$")
             self.i += 1
 
@@ -376,15 +398,15 @@ class _Scanner:
 
     def commands(self) -> list[ShellCommand]:
         out: list[ShellCommand] = []
-        segment: list[tuple[str, int]] = []
+        segment: list[_Word] = []
         in_test = False  # inside ``[[ ... ]]``, where && and || are not command separators
-        for kind, text, plain in [*self.tokens, ("op", ";", 0)]:
+        for kind, text, plain, expanded in [*self.tokens, ("op", ";", 0, False)]:
             if in_test:
                 in_test = not (kind == "word" and text == "]]")
             elif kind == "word" and text == "[[" and plain == 2 and _only_reserved(segment):
                 in_test = True
             elif kind == "word":
-                segment.append((text, plain))
+                segment.append((text, plain, expanded))
             else:
                 command = self.simple_command(segment)
                 if command is not None:
@@ -392,7 +414,7 @@ class _Scanner:
                 segment = []
         return out
 
-    def simple_command(self, words: list[tuple[str, int]]) -> ShellCommand | None:
+    def simple_command(self, words: list[_Word]) -> ShellCommand | None:
         i = 0
         while i < len(words) and _is_reserved(words[i], _PREFIX):
             if (
@@ -415,22 +437,23 @@ class _Scanner:
         while i < len(words) and _is_assignment(words[i]):
             assignments.append(words[i][0])
             i += 1
-        rest = tuple(w for w, _ in words[i:])
+        rest = tuple(w[0] for w in words[i:])
         if not rest and not assignments:
             return None
-        return ShellCommand(assignments=tuple(assignments), words=rest)
+        expanded = tuple(k for k, w in enumerate(words[i:]) if w[2])
+        return ShellCommand(assignments=tuple(assignments), words=rest, expanded=expanded)
 
 
-def _is_reserved(word: tuple[str, int], names: frozenset[str]) -> bool:
-    text, plain = word
+def _is_reserved(word: _Word, names: frozenset[str]) -> bool:
+    text, plain = word[0], word[1]
     return plain == len(text) and text in names
 
 
-def _only_reserved(words: list[tuple[str, int]]) -> bool:
+def _only_reserved(words: list[_Word]) -> bool:
     return all(_is_reserved(w, _RESERVED_PREFIX) for w in words)
 
 
-def _is_assignment(word: tuple[str, int]) -> bool:
+def _is_assignment(word: _Word) -> bool:
     found = _ASSIGNMENT.match(word[0])
     return found is not None and found.end() <= word[1]
 
