@@ -60,8 +60,12 @@ bench: $(STAMP)
 # only run on import, in fresh processes). A fresh run: rm -rf mutants first.
 MUTATE_CHILDREN ?= 2
 
+# mutmut copies a changed .py file into mutants/ again, never a changed data file (the SQL
+# queries, the migrations): those are copied here, or the mutants run against stale SQL.
 mutate: $(STAMP)
 	@[ ! -d mutants ] || $(BIN)/python bench/mutation/report.py --reset
+	@[ ! -d mutants ] || (cd src && find . -type f ! -name '*.py' ! -name '*.pyc' \
+	  -exec cp -p --parents {} ../mutants/src/ \;)
 	nice -n 10 $(BIN)/mutmut run --max-children $(MUTATE_CHILDREN)
 	nice -n 10 $(BIN)/python bench/mutation/report.py --fresh
 	$(BIN)/mutmut results > bench/mutation/results.txt
