@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from keel.core.chain import chain_time
 from keel.core.errors import StoreError
 from keel.core.events import Event, EventType, NewEvent
 from keel.core.records import RunOptions
@@ -23,7 +22,7 @@ from keel.store.sqlite.runs import Q
 from keel.store.stats import figure_rows
 from keel.store.step import dump_json
 from keel.store.url import open_store
-from keel.testing.stores import append, make_run, move
+from keel.testing.stores import append, make_run, move, write_run_with_snapshot_row
 
 BEFORE_SNAPSHOTS = 6  # the last schema version with the snapshot in the runs row
 
@@ -50,41 +49,6 @@ def runs_made_elsewhere(tmp_path: Path) -> tuple[list[tuple[RunState, list[Event
         store.close()
 
 
-def write_as_0006(conn: sqlite3.Connection, state: RunState, events: list[Event]) -> None:
-    """Store a run the way Keel did at schema 6: the snapshot in its runs row."""
-    at = chain_time(events[0].recorded_at)
-    conn.execute(
-        "INSERT INTO runs (id, status, goal, workspace, snapshot, last_seq, last_hash, "
-        "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (
-            state.run_id,
-            state.status.value,
-            state.goal,
-            state.workspace,
-            dump_json(state.to_dict()),
-            state.last_seq,
-            state.last_hash,
-            at,
-            at,
-        ),
-    )
-    for e in events:
-        conn.execute(
-            "INSERT INTO events (run_id, seq, event_id, type, recorded_at, data, hash) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (
-                e.run_id,
-                e.seq,
-                e.event_id,
-                e.type.value,
-                chain_time(e.recorded_at),
-                dump_json(e.data),
-                e.hash,
-            ),
-        )
-    conn.executemany(Q["insert_figures"], figure_rows(events, state.options))
-
-
 def old_file(tmp_path: Path, made: list[tuple[RunState, list[Event]]]) -> Path:
     path = tmp_path / "old.db"
     db = Database(path)
@@ -97,7 +61,8 @@ def old_file(tmp_path: Path, made: list[tuple[RunState, list[Event]]]) -> Path:
     try:
         assert "snapshot" in columns(conn, "runs")
         for state, events in made:
-            write_as_0006(conn, state, events)
+            write_run_with_snapshot_row(conn, state, events)
+            conn.executemany(Q["insert_figures"], figure_rows(events, state.options))
     finally:
         conn.close()
     return path

@@ -13,7 +13,6 @@ from typing import Any
 import psycopg
 import pytest
 
-from keel.core.chain import chain_time
 from keel.core.events import Event
 from keel.core.records import RunOptions
 from keel.core.state import RunState
@@ -22,9 +21,15 @@ from keel.store.postgres.connection import Database as PgDatabase
 from keel.store.postgres.migrate import PostgresMigrations
 from keel.store.sqlite.connection import Database
 from keel.store.sqlite.migrate import SQLiteMigrations
-from keel.store.step import dump_json
 from keel.store.url import open_store
-from keel.testing.stores import append, make_run, model_step, postgres_unavailable, scratch_database
+from keel.testing.stores import (
+    append,
+    make_run,
+    model_step,
+    postgres_unavailable,
+    scratch_database,
+    write_run_with_snapshot_row,
+)
 
 BEFORE_SERVICE = 4  # the last schema version without runs.creator and api_tokens
 
@@ -59,41 +64,6 @@ def old_database(backend: str, tmp_path: Path) -> Iterator[tuple[str, Any]]:
             yield url, pg_conn
 
 
-def write_as_before(conn: Any, sqlite: bool, state: RunState, events: list[Event]) -> None:
-    """Store a run the way Keel 0004 did: chained, no creator column."""
-    mark = "?" if sqlite else "%s"
-    at = chain_time(events[0].recorded_at)
-    conn.execute(
-        "INSERT INTO runs (id, status, goal, workspace, snapshot, last_seq, last_hash, "
-        f"created_at, updated_at) VALUES ({', '.join([mark] * 9)})",
-        (
-            state.run_id,
-            state.status.value,
-            state.goal,
-            state.workspace,
-            dump_json(state.to_dict()),
-            state.last_seq,
-            state.last_hash,
-            at,
-            at,
-        ),
-    )
-    for e in events:
-        conn.execute(
-            "INSERT INTO events (run_id, seq, event_id, type, recorded_at, data, hash) "
-            f"VALUES ({', '.join([mark] * 7)})",
-            (
-                e.run_id,
-                e.seq,
-                e.event_id,
-                e.type.value,
-                chain_time(e.recorded_at),
-                dump_json(e.data),
-                e.hash,
-            ),
-        )
-
-
 def a_run_elsewhere(tmp_path: Path) -> tuple[RunState, list[Event]]:
     store = open_store(f"sqlite:///{tmp_path / 'elsewhere.db'}")
     try:
@@ -110,7 +80,9 @@ def test_old_runs_survive_0005_with_no_creator_and_page_with_new_ones(
 ) -> None:
     old, events = a_run_elsewhere(tmp_path)
     with old_database(backend, tmp_path) as (url, conn):
-        write_as_before(conn, backend == "sqlite", old, events)
+        write_run_with_snapshot_row(
+            conn, old, events, placeholder="?" if backend == "sqlite" else "%s"
+        )
         store = open_store(url)  # applies 0005
         try:
             applied = conn.execute("SELECT version FROM schema_migrations ORDER BY version")

@@ -13,7 +13,6 @@ from typing import Any
 import psycopg
 import pytest
 
-from keel.core.chain import chain_time
 from keel.core.events import Event, EventType, NewEvent
 from keel.core.records import RunOptions
 from keel.core.state import RunState
@@ -24,9 +23,15 @@ from keel.store.postgres.connection import Database as PgDatabase
 from keel.store.postgres.migrate import PostgresMigrations
 from keel.store.sqlite.connection import Database
 from keel.store.sqlite.migrate import SQLiteMigrations
-from keel.store.step import dump_json
 from keel.store.url import open_store
-from keel.testing.stores import append, make_run, move, postgres_unavailable, scratch_database
+from keel.testing.stores import (
+    append,
+    make_run,
+    move,
+    postgres_unavailable,
+    scratch_database,
+    write_run_with_snapshot_row,
+)
 
 BEFORE_FIGURES = 5  # the last schema version without event_figures
 
@@ -59,41 +64,6 @@ def old_database(backend: str, tmp_path: Path) -> Iterator[tuple[str, Any]]:
         pg.close()
         with psycopg.connect(url, autocommit=True) as pg_conn:
             yield url, pg_conn
-
-
-def write_as_before(conn: Any, sqlite: bool, state: RunState, events: list[Event]) -> None:
-    """Store a run the way Keel 0005 did: its row and its events, no figures."""
-    mark = "?" if sqlite else "%s"
-    at = chain_time(events[0].recorded_at)
-    conn.execute(
-        "INSERT INTO runs (id, status, goal, workspace, snapshot, last_seq, last_hash, "
-        f"created_at, updated_at) VALUES ({', '.join([mark] * 9)})",
-        (
-            state.run_id,
-            state.status.value,
-            state.goal,
-            state.workspace,
-            dump_json(state.to_dict()),
-            state.last_seq,
-            state.last_hash,
-            at,
-            at,
-        ),
-    )
-    for e in events:
-        conn.execute(
-            "INSERT INTO events (run_id, seq, event_id, type, recorded_at, data, hash) "
-            f"VALUES ({', '.join([mark] * 7)})",
-            (
-                e.run_id,
-                e.seq,
-                e.event_id,
-                e.type.value,
-                chain_time(e.recorded_at),
-                dump_json(e.data),
-                e.hash,
-            ),
-        )
 
 
 def turn(model: str, elapsed: float) -> NewEvent:
@@ -154,7 +124,9 @@ def test_runs_stored_before_0006_get_the_figures_an_append_writes(
     made, expected = runs_elsewhere(tmp_path)
     with old_database(backend, tmp_path) as (url, conn):
         for state, events in made:
-            write_as_before(conn, backend == "sqlite", state, events)
+            write_run_with_snapshot_row(
+                conn, state, events, placeholder="?" if backend == "sqlite" else "%s"
+            )
         store = open_store(url)  # applies 0006 and its backfill
         try:
             applied = conn.execute("SELECT version FROM schema_migrations ORDER BY version")

@@ -25,6 +25,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from keel.core.budget import Budget
+from keel.core.chain import chain_time
 from keel.core.errors import ConfigError
 from keel.core.events import Event, EventType, NewEvent
 from keel.core.records import RunOptions
@@ -32,6 +33,7 @@ from keel.core.state import RunState, transition
 from keel.core.status import RunStatus
 from keel.store.base import Store
 from keel.store.sqlite.store import SQLiteStore
+from keel.store.step import dump_json
 
 StoreFactory = Callable[[Path], AbstractContextManager[Store]]
 
@@ -402,3 +404,41 @@ _STEPS: dict[RunStatus, list[_Step]] = {
     RunStatus.BLOCKED: [],
     RunStatus.CANCELLED: [],
 }
+
+
+def write_run_with_snapshot_row(
+    conn: Any, state: RunState, events: Sequence[Event], *, placeholder: str = "?"
+) -> None:
+    """Store a run as Keel did before SQLite's migration 0007 (and as PostgreSQL still
+    does): its row holding the snapshot, then its chained events, no figures. For
+    migration tests on a raw connection (``placeholder``: ``?`` SQLite, ``%s`` psycopg)."""
+    at = chain_time(events[0].recorded_at)
+    conn.execute(
+        "INSERT INTO runs (id, status, goal, workspace, snapshot, last_seq, last_hash, "
+        f"created_at, updated_at) VALUES ({', '.join([placeholder] * 9)})",
+        (
+            state.run_id,
+            state.status.value,
+            state.goal,
+            state.workspace,
+            dump_json(state.to_dict()),
+            state.last_seq,
+            state.last_hash,
+            at,
+            at,
+        ),
+    )
+    for e in events:
+        conn.execute(
+            "INSERT INTO events (run_id, seq, event_id, type, recorded_at, data, hash) "
+            f"VALUES ({', '.join([placeholder] * 7)})",
+            (
+                e.run_id,
+                e.seq,
+                e.event_id,
+                e.type.value,
+                chain_time(e.recorded_at),
+                dump_json(e.data),
+                e.hash,
+            ),
+        )
