@@ -277,3 +277,23 @@ def test_zsh_repeat_and_dash_precommand_run_the_command_after_them() -> None:
 
 def test_a_zsh_always_block_is_read() -> None:
     assert words("{ make; } always { rm -rf x; }") == [("make",), ("rm", "-rf", "x")]
+
+
+@pytest.mark.timeout(60)  # a quadratic scan of these takes many minutes: the hang is the failure
+@pytest.mark.parametrize(
+    ("word", "expanded"),
+    [
+        ("[" * 1_000_000, False),  # no closing bracket: no pattern
+        ("{" + "," * 1_000_000, False),  # no closing brace: no braces
+        ("{," * 500_000, False),
+        ("{" * 500_000 + "}" * 500_000, False),
+        ("[" * 500_000 + "]", True),
+        ("{" * 500_000 + "a,b}", True),
+    ],
+    ids=["brackets", "commas", "brace-commas", "nested-braces", "a-pattern", "braces"],
+)
+def test_a_megabyte_word_the_model_writes_is_judged_in_one_pass(word: str, expanded: bool) -> None:
+    (command,) = read_script(f"git push {word}").commands
+
+    assert command.words == ("git", "push", word)
+    assert command.expanded == ((2,) if expanded else ())

@@ -37,9 +37,7 @@ _DO = frozenset(("do",))
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\[[^]]*\])?\+?=")
 _Word = tuple[str, int, bool]  # text, length of its unquoted prefix, expanded by the shell
 _CONTROL = ("&&", "||", ";;", ";&", "|&", ";", "|", "&")
-# Unquoted characters that make the shell expand a word: a file-name pattern (``*``, ``?``,
-# ``[...]``) or braces holding a comma or a range (``{}`` alone is a word: find's).
-_EXPANDED = re.compile(r"[*?]|\[.*\]|\{[^{}]*(?:,|\.\.)[^{}]*\}")
+_BRACES = re.compile(r"\{([^{}]*)\}")  # innermost {...}: each character is scanned once
 _REDIRECTS = ("<<<", "<<-", "<<", "<>", "<&", "&>>", "&>", ">>", ">&", ">|", "<", ">")
 
 
@@ -158,7 +156,7 @@ class _Scanner:
     def take_word(self) -> tuple[str, int, bool]:
         text, plain = "".join(self.word), self.plain
         bare = "".join(self.unquoted)
-        expanded = self.expands or _EXPANDED.search(bare) is not None or bare[:1] == "~" == text[:1]
+        expanded = self.expands or _expands(bare) or bare[:1] == "~" == text[:1]
         self.word, self.length, self.started, self.plain = [], 0, False, None
         self.unquoted, self.expands = [], False
         return text, len(text) if plain is None else plain, expanded
@@ -442,6 +440,18 @@ class _Scanner:
             return None
         expanded = tuple(k for k, w in enumerate(words[i:]) if w[2])
         return ShellCommand(assignments=tuple(assignments), words=rest, expanded=expanded)
+
+
+def _expands(unquoted: str) -> bool:
+    """Whether a word's unquoted characters make the shell expand it: a file-name pattern
+    (``*``, ``?``, ``[...]``) or braces holding a comma or a range (``{}`` alone is a
+    word: find's). Linear in the word, which the model writes (no backtracking regex)."""
+    if "*" in unquoted or "?" in unquoted:
+        return True
+    bracket = unquoted.find("[")
+    if bracket >= 0 and "]" in unquoted[bracket + 1 :]:
+        return True
+    return any("," in m[1] or ".." in m[1] for m in _BRACES.finditer(unquoted))
 
 
 def _is_reserved(word: _Word, names: frozenset[str]) -> bool:
