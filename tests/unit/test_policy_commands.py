@@ -348,6 +348,7 @@ NOT_OPAQUE = [
     ("sh", "-c", "git push '$F' \\$G '--for*' \"--{a,b}\" '~'"),
     ("sh", "-c", "echo $ a$ 'b' && find . -exec cat {} + && echo a~b && test -f x"),
     ("sh", "-c", "[ -f x ] && make"),
+    ("sh", "-c", "echo it costs 5$"),  # a $ that ends the script is a $
     ("sh", "-c", "X=*.py; Y=$X make"),
 ]
 
