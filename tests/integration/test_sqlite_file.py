@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -170,6 +173,66 @@ def test_writes_wait_for_a_briefly_held_lock(db_path: Path) -> None:
         state, _ = append(store, state, model_step())
         assert state.last_seq == 3
         holder.close()
+
+
+def test_a_new_file_opened_while_another_opener_holds_it_waits_for_the_lock(
+    db_path: Path,
+) -> None:
+    """Two `keel worker`s started on a store that does not exist yet both open it at
+    once: one switches the new file to WAL under its exclusive lock, and the other
+    waits for that lock as a writer would, instead of failing on SQLite's 100 ms."""
+    holder = raw(db_path)  # a new file, still in rollback-journal mode
+    holder.execute("BEGIN EXCLUSIVE")
+    threading.Timer(0.5, lambda: holder.execute("COMMIT")).start()
+    with SQLiteStore(db_path) as store:
+        assert store._db.connection().execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert make_run(store).last_seq == 1
+    holder.close()
+
+
+OPENER = r"""
+import sys, time
+from keel.store.sqlite.store import SQLiteStore
+
+path, start_at = sys.argv[1], float(sys.argv[2])
+time.sleep(max(0.0, start_at - time.time()))
+SQLiteStore(path).close()
+"""
+
+
+def test_processes_opening_one_new_file_at_once_all_open_it(tmp_path: Path) -> None:
+    """Real processes, started together on a store that does not exist (as a fleet of
+    workers is): every one opens it. Before the open waited for the new file's lock, some
+    failed with "database is locked" in every run of this test on a 2-core machine."""
+    for round_ in range(5):
+        path = tmp_path / f"new-{round_}.db"
+        start_at = time.time() + 1.0  # after every interpreter has started
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", OPENER, str(path), str(start_at)],
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(4)
+        ]
+        errors = [proc.communicate(timeout=120)[1] for proc in procs]
+        assert [proc.returncode for proc in procs] == [0] * 4, errors
+        with SQLiteStore(path) as store:  # one schema, migrated once
+            applied = SQLiteMigrations(store._db).applied_versions()
+            assert sorted(applied) == [m.version for m in discover("keel.store.sqlite")]
+
+
+def test_a_new_file_locked_too_long_gives_a_clear_store_error(db_path: Path) -> None:
+    holder = raw(db_path)
+    holder.execute("BEGIN EXCLUSIVE")
+    with pytest.raises(StoreError, match="stayed locked") as err:
+        Database(db_path, lock_wait_s=0.3)
+    assert "database is locked" not in str(err.value)
+    holder.execute("ROLLBACK")
+    holder.close()
+    db = Database(db_path)  # free again: the file opens and is WAL
+    assert db.connection().execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    db.close()
 
 
 def test_leases_can_be_renewed_from_another_thread(db_path: Path) -> None:

@@ -65,9 +65,11 @@ class Database:
         self._closed = False
         self._check_header()
         with self.guard():
-            # The first connection switches the file to WAL (a persistent setting).
+            # The first connection switches the file to WAL (a persistent setting). On a
+            # new file that needs its exclusive lock, which another process opening the
+            # same new file may hold: waited for like a writer's lock, not SQLite's 100 ms.
             conn = self.connection()
-            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            mode = self._when_unlocked(conn, "PRAGMA journal_mode=WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise StoreError(f"{self.path}: cannot switch to WAL journal mode (got {mode})")
 
@@ -106,12 +108,23 @@ class Database:
                 timeout=BUSY_TIMEOUT_MS / 1000,
                 cached_statements=256,
             )
-            conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-            conn.execute(f"PRAGMA synchronous={self.synchronous.upper()}")
-            conn.execute("PRAGMA foreign_keys=ON")
-            conn.execute(f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_PAGES}")
         except sqlite3.Error as exc:
             raise self.translate(exc) from exc
+        try:
+            # A pragma reads the schema: on a new file still in rollback-journal mode that
+            # waits for another opener's exclusive lock (see __init__).
+            for pragma in (
+                f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}",
+                f"PRAGMA synchronous={self.synchronous.upper()}",
+                "PRAGMA foreign_keys=ON",
+                f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_PAGES}",
+            ):
+                self._when_unlocked(conn, pragma)
+        except BaseException as exc:
+            conn.close()
+            if isinstance(exc, sqlite3.Error):
+                raise self.translate(exc) from exc
+            raise
         self._local.conn = conn
         self._local.depth = 0
         with self._guard:
@@ -153,7 +166,7 @@ class Database:
             raise self._still_locked(None)
         try:
             with self.guard():
-                self._begin_immediate(conn)
+                self._when_unlocked(conn, "BEGIN IMMEDIATE")
             self._local.depth = 1
             try:
                 yield conn
@@ -210,13 +223,15 @@ class Database:
             rows: list[tuple[Any, ...]] = conn.execute(sql, params).fetchall()
         return rows[0] if rows else None
 
-    def _begin_immediate(self, conn: sqlite3.Connection) -> None:
+    def _when_unlocked(self, conn: sqlite3.Connection, sql: str) -> sqlite3.Cursor:
+        """Run ``sql``, a statement that may wait for a lock on the file (``BEGIN
+        IMMEDIATE``, the WAL switch, a pragma on a new file), retrying a busy file with
+        jittered backoff for up to ``lock_wait_s``; then the StoreError saying so."""
         deadline = time.monotonic() + self.lock_wait_s
         pause = 0.002
         while True:
             try:
-                conn.execute("BEGIN IMMEDIATE")
-                return
+                return conn.execute(sql)
             except sqlite3.OperationalError as exc:
                 code = getattr(exc, "sqlite_errorcode", 0) or 0
                 if code & 0xFF not in _BUSY_CODES:
